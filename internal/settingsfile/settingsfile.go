@@ -1,0 +1,576 @@
+// Package settingsfile reads and writes the entries of settings-backed namespaces
+// (SPEC.md sections 6 and 14) in the server's TOML configuration file.
+//
+// A settings-backed namespace lives in the table
+//
+//	[state_store.settings."service/mqtt-bridge"]
+//	revision = 3
+//
+//	[state_store.settings."service/mqtt-bridge".entries."bridge/config"]
+//	schema = "keeppeek.preference.v1"
+//	owner = "coordinator"
+//	revision = 3
+//	created_at_ms = 1764451200000
+//	updated_at_ms = 1764451260000
+//	document = '{"kind":"x"}'
+//
+// The document is kept as a TOML string holding compact JSON, so any JSON object
+// survives TOML unchanged. All integers are TOML integers from 0 to 2^53-1.
+//
+// Save rewrites the whole file: it decodes it into a generic map, replaces the one
+// namespace's table and encodes the map again. Every other key, table and array of
+// tables keeps its meaning (values, types, date-times), but comments, key order,
+// quoting style and layout are not kept: the file comes back in the encoder's
+// canonical form. The write is atomic (temporary file in the same directory,
+// fsync, rename over the file, fsync of the directory) and keeps the file's
+// permission bits (0600 for a new file); the file's owner becomes the writing
+// process, as with any rename. A symbolic link at the path is followed, and the
+// file it points to is replaced.
+//
+// A File serialises its own Load, Save and Namespaces calls. It takes no lock on
+// the file itself: use one File per path and do not edit the file by hand while
+// the server writes to it.
+package settingsfile
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/BurntSushi/toml"
+)
+
+// maxInt is the largest integer the wire contract carries (2^53-1).
+const maxInt = 1<<53 - 1
+
+// Names of the tables and keys in the file.
+const (
+	keyStateStore = "state_store"
+	keySettings   = "settings"
+	keyRevision   = "revision"
+	keyEntries    = "entries"
+	keySchema     = "schema"
+	keyOwner      = "owner"
+	keyCreatedAt  = "created_at_ms"
+	keyUpdatedAt  = "updated_at_ms"
+	keyDocument   = "document"
+)
+
+// newFilePerm is the permission of a configuration file that Save creates.
+const newFilePerm fs.FileMode = 0o600
+
+// rename is os.Rename; tests replace it to make the last step of Save fail.
+var rename = os.Rename
+
+// Entry is one stored entry of a settings-backed namespace.
+type Entry struct {
+	Key         string
+	Schema      string
+	Owner       string
+	Revision    uint64
+	CreatedAtMs int64
+	UpdatedAtMs int64
+	Document    []byte // compact JSON of one object
+}
+
+// State is a namespace's whole content: its revision and its entries (any order).
+type State struct {
+	Revision uint64
+	Entries  []Entry
+}
+
+// File is one configuration file; safe for concurrent use (a mutex serialises Load/Save).
+type File struct {
+	path string
+	mu   sync.Mutex
+}
+
+// Open returns the File at path. It does not touch the file system: a missing
+// file reads as empty, and the first Save creates it.
+func Open(path string) *File {
+	return &File{path: path}
+}
+
+// Path returns the path given to Open.
+func (f *File) Path() string {
+	return f.path
+}
+
+// Load reads the namespace's section. A missing file or a missing section is an empty State with revision 0.
+// A section that is malformed (wrong types, a document that is not a JSON object, duplicate keys) is an error.
+//
+// A section holds only revision and entries; each entry needs all of schema,
+// owner, revision, created_at_ms, updated_at_ms and document, and nothing else.
+// An entry's revision is at least 1 and at most the section's revision. Entries
+// come back sorted by key, each document in compact form.
+func (f *File) Load(namespace string) (State, error) {
+	if err := checkNamespace(namespace); err != nil {
+		return State{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	doc, _, _, err := f.read()
+	if err != nil {
+		return State{}, err
+	}
+	settings, err := settingsTable(doc)
+	if err != nil {
+		return State{}, err
+	}
+	raw, ok := settings[namespace]
+	if !ok {
+		return State{}, nil
+	}
+	s, err := decodeSection(raw)
+	if err != nil {
+		return State{}, fmt.Errorf("settingsfile: %s: namespace %q: %w", f.path, namespace, err)
+	}
+	return s, nil
+}
+
+// Save replaces the namespace's section with s, atomically (temp file + fsync + rename + dir fsync),
+// keeping every other part of the file. On error the file is unchanged.
+//
+// s must satisfy what Load checks: unique non-empty keys, non-empty schema and
+// owner, entry revisions from 1 to s.Revision, integers up to 2^53-1 and
+// documents that are JSON objects (stored compacted). A file that does not parse
+// is not overwritten. The one error after which the file may already hold the
+// new content is a failed fsync of the directory after the rename; the error
+// says so.
+func (f *File) Save(namespace string, s State) error {
+	if err := checkNamespace(namespace); err != nil {
+		return err
+	}
+	section, err := encodeSection(s)
+	if err != nil {
+		return fmt.Errorf("settingsfile: namespace %q: %w", namespace, err)
+	}
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	doc, target, perm, err := f.read()
+	if err != nil {
+		return err
+	}
+	if doc == nil {
+		doc = map[string]any{}
+	}
+	store, err := subTable(doc, keyStateStore, keyStateStore)
+	if err != nil {
+		return fmt.Errorf("settingsfile: %s: %w", f.path, err)
+	}
+	settings, err := subTable(store, keySettings, keyStateStore+"."+keySettings)
+	if err != nil {
+		return fmt.Errorf("settingsfile: %s: %w", f.path, err)
+	}
+	settings[namespace] = section
+
+	var buf bytes.Buffer
+	enc := toml.NewEncoder(&buf)
+	enc.Indent = ""
+	if err := enc.Encode(doc); err != nil {
+		return fmt.Errorf("settingsfile: %s: encode: %w", f.path, err)
+	}
+	// Never write a file that would not load again.
+	var check map[string]any
+	if _, err := toml.Decode(buf.String(), &check); err != nil {
+		return fmt.Errorf("settingsfile: %s: encoded file does not parse: %w", f.path, err)
+	}
+	return writeAtomic(target, buf.Bytes(), perm)
+}
+
+// Namespaces lists the namespaces that have a section in the file, sorted.
+func (f *File) Namespaces() ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	doc, _, _, err := f.read()
+	if err != nil {
+		return nil, err
+	}
+	settings, err := settingsTable(doc)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(settings))
+	for name, v := range settings {
+		if _, ok := v.(map[string]any); !ok {
+			return nil, fmt.Errorf("settingsfile: %s: %s.%s.%q is a %s, not a table",
+				f.path, keyStateStore, keySettings, name, typeName(v))
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// read decodes the file. It returns the decoded document (nil for a missing or
+// empty file), the path to write (the file behind a symbolic link) and the
+// permission bits to keep. The caller holds f.mu.
+func (f *File) read() (map[string]any, string, fs.FileMode, error) {
+	target := f.path
+	if resolved, err := filepath.EvalSymlinks(f.path); err == nil {
+		target = resolved
+	}
+	data, err := os.ReadFile(target)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, target, newFilePerm, nil
+	}
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("settingsfile: %w", err)
+	}
+	info, err := os.Stat(target)
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("settingsfile: %w", err)
+	}
+	var doc map[string]any
+	if _, err := toml.Decode(string(data), &doc); err != nil {
+		return nil, "", 0, fmt.Errorf("settingsfile: %s: %w", f.path, err)
+	}
+	return doc, target, info.Mode().Perm(), nil
+}
+
+// settingsTable returns the state_store.settings table of doc, or nil when absent.
+func settingsTable(doc map[string]any) (map[string]any, error) {
+	store, err := optTable(doc, keyStateStore, keyStateStore)
+	if err != nil || store == nil {
+		return nil, err
+	}
+	return optTable(store, keySettings, keyStateStore+"."+keySettings)
+}
+
+// optTable returns parent[key] as a table, nil when absent, an error when it is something else.
+func optTable(parent map[string]any, key, name string) (map[string]any, error) {
+	v, ok := parent[key]
+	if !ok {
+		return nil, nil
+	}
+	t, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("settingsfile: %s is a %s, not a table", name, typeName(v))
+	}
+	return t, nil
+}
+
+// subTable returns parent[key] as a table, creating it when absent.
+func subTable(parent map[string]any, key, name string) (map[string]any, error) {
+	t, err := optTable(parent, key, name)
+	if err != nil {
+		return nil, err
+	}
+	if t == nil {
+		t = map[string]any{}
+		parent[key] = t
+	}
+	return t, nil
+}
+
+func checkNamespace(namespace string) error {
+	if namespace == "" {
+		return errors.New("settingsfile: empty namespace")
+	}
+	if !utf8.ValidString(namespace) {
+		return fmt.Errorf("settingsfile: namespace %q is not valid UTF-8", namespace)
+	}
+	return nil
+}
+
+// decodeSection turns a namespace's decoded table into a State.
+func decodeSection(raw any) (State, error) {
+	table, ok := raw.(map[string]any)
+	if !ok {
+		return State{}, fmt.Errorf("section is a %s, not a table", typeName(raw))
+	}
+	var s State
+	for k := range table {
+		if k != keyRevision && k != keyEntries {
+			return State{}, fmt.Errorf("unknown key %q", k)
+		}
+	}
+	if v, ok := table[keyRevision]; ok {
+		rev, err := intValue(v, keyRevision)
+		if err != nil {
+			return State{}, err
+		}
+		s.Revision = uint64(rev)
+	}
+	if v, ok := table[keyEntries]; ok {
+		entries, ok := v.(map[string]any)
+		if !ok {
+			return State{}, fmt.Errorf("%s is a %s, not a table of entries", keyEntries, typeName(v))
+		}
+		keys := make([]string, 0, len(entries))
+		for k := range entries {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		s.Entries = make([]Entry, 0, len(keys))
+		for _, k := range keys {
+			e, err := decodeEntry(k, entries[k], s.Revision)
+			if err != nil {
+				return State{}, fmt.Errorf("entry %q: %w", k, err)
+			}
+			s.Entries = append(s.Entries, e)
+		}
+	}
+	return s, nil
+}
+
+func decodeEntry(key string, raw any, nsRevision uint64) (Entry, error) {
+	table, ok := raw.(map[string]any)
+	if !ok {
+		return Entry{}, fmt.Errorf("is a %s, not a table", typeName(raw))
+	}
+	if key == "" {
+		return Entry{}, errors.New("empty key")
+	}
+	for k := range table {
+		switch k {
+		case keySchema, keyOwner, keyRevision, keyCreatedAt, keyUpdatedAt, keyDocument:
+		default:
+			return Entry{}, fmt.Errorf("unknown key %q", k)
+		}
+	}
+	e := Entry{Key: key}
+	var err error
+	if e.Schema, err = stringField(table, keySchema); err != nil {
+		return Entry{}, err
+	}
+	if e.Owner, err = stringField(table, keyOwner); err != nil {
+		return Entry{}, err
+	}
+	rev, err := intField(table, keyRevision)
+	if err != nil {
+		return Entry{}, err
+	}
+	e.Revision = uint64(rev)
+	if e.CreatedAtMs, err = intField(table, keyCreatedAt); err != nil {
+		return Entry{}, err
+	}
+	if e.UpdatedAtMs, err = intField(table, keyUpdatedAt); err != nil {
+		return Entry{}, err
+	}
+	doc, err := stringField(table, keyDocument)
+	if err != nil {
+		return Entry{}, err
+	}
+	if e.Document, err = compactObject([]byte(doc)); err != nil {
+		return Entry{}, err
+	}
+	if err := checkRevision(e.Revision, nsRevision); err != nil {
+		return Entry{}, err
+	}
+	return e, nil
+}
+
+func stringField(table map[string]any, key string) (string, error) {
+	v, ok := table[key]
+	if !ok {
+		return "", fmt.Errorf("missing %s", key)
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("%s is a %s, not a string", key, typeName(v))
+	}
+	if s == "" {
+		return "", fmt.Errorf("empty %s", key)
+	}
+	return s, nil
+}
+
+func intField(table map[string]any, key string) (int64, error) {
+	v, ok := table[key]
+	if !ok {
+		return 0, fmt.Errorf("missing %s", key)
+	}
+	return intValue(v, key)
+}
+
+func intValue(v any, key string) (int64, error) {
+	n, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("%s is a %s, not an integer", key, typeName(v))
+	}
+	if n < 0 || n > maxInt {
+		return 0, fmt.Errorf("%s %d is outside 0 to 2^53-1", key, n)
+	}
+	return n, nil
+}
+
+func checkRevision(entryRev, nsRevision uint64) error {
+	if entryRev == 0 {
+		return errors.New("revision 0 (an entry's revision is at least 1)")
+	}
+	if entryRev > nsRevision {
+		return fmt.Errorf("revision %d is above the namespace revision %d", entryRev, nsRevision)
+	}
+	return nil
+}
+
+// compactObject checks that doc is one JSON object and returns its compact form.
+func compactObject(doc []byte) ([]byte, error) {
+	trimmed := bytes.TrimLeft(doc, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(doc) {
+		return nil, errors.New("document is not a JSON object")
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, doc); err != nil {
+		return nil, fmt.Errorf("document: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// encodeSection validates s and turns it into the table written to the file.
+func encodeSection(s State) (map[string]any, error) {
+	if s.Revision > maxInt {
+		return nil, fmt.Errorf("revision %d is above 2^53-1", s.Revision)
+	}
+	section := map[string]any{keyRevision: int64(s.Revision)}
+	if len(s.Entries) == 0 {
+		return section, nil
+	}
+	entries := make(map[string]any, len(s.Entries))
+	for _, e := range s.Entries {
+		if e.Key == "" {
+			return nil, errors.New("entry with an empty key")
+		}
+		if _, dup := entries[e.Key]; dup {
+			return nil, fmt.Errorf("duplicate entry key %q", e.Key)
+		}
+		table, err := encodeEntry(e, s.Revision)
+		if err != nil {
+			return nil, fmt.Errorf("entry %q: %w", e.Key, err)
+		}
+		entries[e.Key] = table
+	}
+	section[keyEntries] = entries
+	return section, nil
+}
+
+func encodeEntry(e Entry, nsRevision uint64) (map[string]any, error) {
+	for _, sv := range []struct{ name, v string }{{"key", e.Key}, {keySchema, e.Schema}, {keyOwner, e.Owner}} {
+		if sv.v == "" {
+			return nil, fmt.Errorf("empty %s", sv.name)
+		}
+		if !utf8.ValidString(sv.v) {
+			return nil, fmt.Errorf("%s is not valid UTF-8", sv.name)
+		}
+	}
+	if e.Revision > maxInt {
+		return nil, fmt.Errorf("revision %d is above 2^53-1", e.Revision)
+	}
+	if err := checkRevision(e.Revision, nsRevision); err != nil {
+		return nil, err
+	}
+	for _, iv := range []struct {
+		name string
+		v    int64
+	}{{keyCreatedAt, e.CreatedAtMs}, {keyUpdatedAt, e.UpdatedAtMs}} {
+		if iv.v < 0 || iv.v > maxInt {
+			return nil, fmt.Errorf("%s %d is outside 0 to 2^53-1", iv.name, iv.v)
+		}
+	}
+	doc, err := compactObject(e.Document)
+	if err != nil {
+		return nil, err
+	}
+	if !utf8.Valid(doc) {
+		return nil, errors.New("document is not valid UTF-8")
+	}
+	return map[string]any{
+		keySchema:    e.Schema,
+		keyOwner:     e.Owner,
+		keyRevision:  int64(e.Revision),
+		keyCreatedAt: e.CreatedAtMs,
+		keyUpdatedAt: e.UpdatedAtMs,
+		keyDocument:  string(doc),
+	}, nil
+}
+
+// writeAtomic replaces path with data: a temporary file in the same directory is
+// written, given perm, fsynced and renamed over path, then the directory is
+// fsynced. Until the rename, path is untouched; the temporary file is removed on
+// every failure.
+func writeAtomic(path string, data []byte, perm fs.FileMode) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("settingsfile: create temporary file: %w", err)
+	}
+	tmpName := tmp.Name()
+	defer func() {
+		if err != nil {
+			_ = tmp.Close()
+			_ = os.Remove(tmpName)
+		}
+	}()
+	if err = tmp.Chmod(perm); err != nil {
+		return fmt.Errorf("settingsfile: %w", err)
+	}
+	if _, err = tmp.Write(data); err != nil {
+		return fmt.Errorf("settingsfile: %w", err)
+	}
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("settingsfile: %w", err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("settingsfile: %w", err)
+	}
+	if err = rename(tmpName, path); err != nil {
+		return fmt.Errorf("settingsfile: %w", err)
+	}
+	if derr := syncDir(dir); derr != nil {
+		// The rename happened: the new content is in place but may not be durable.
+		return fmt.Errorf("settingsfile: %s renamed into place but fsync of its directory failed: %w", path, derr)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	serr := d.Sync()
+	cerr := d.Close()
+	return errors.Join(serr, cerr)
+}
+
+// typeName names a decoded TOML value's kind for error messages.
+func typeName(v any) string {
+	switch v.(type) {
+	case string:
+		return "string"
+	case int64:
+		return "integer"
+	case float64:
+		return "float"
+	case bool:
+		return "boolean"
+	case map[string]any:
+		return "table"
+	case []map[string]any:
+		return "array of tables"
+	case []any:
+		return "array"
+	default:
+		t := fmt.Sprintf("%T", v)
+		if strings.HasPrefix(t, "time.") {
+			return "date-time"
+		}
+		return t
+	}
+}

@@ -1,0 +1,444 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/keeppeek/coordination/store/schema"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// The bbolt layout, format 1:
+//
+//	meta        format -> "1", epoch -> string, total_bytes -> decimal,
+//	            audit_head -> {"seq","hash"}, audit_checkpoint -> {"seq","hash"}
+//	namespaces  <namespace> -> {"revision","entries","bytes"}
+//	entries     <namespace> 0x00 <key> -> StateEntry JSON
+//	audit       <seq, 8 bytes big-endian> -> audit record JSON
+//
+// A future format N+1 adds a migration from N to migrations below; Open runs the chain of migrations
+// in one transaction before validating, and refuses formats it does not know.
+const formatVersion = 1
+
+var (
+	bucketMeta       = []byte("meta")
+	bucketNamespaces = []byte("namespaces")
+	bucketEntries    = []byte("entries")
+	bucketAudit      = []byte("audit")
+
+	metaFormat          = []byte("format")
+	metaEpoch           = []byte("epoch")
+	metaTotalBytes      = []byte("total_bytes")
+	metaAuditHead       = []byte("audit_head")
+	metaAuditCheckpoint = []byte("audit_checkpoint")
+
+	allBuckets = [][]byte{bucketMeta, bucketNamespaces, bucketEntries, bucketAudit}
+)
+
+// migrations[n] upgrades a format-n database to format n+1 inside one write transaction.
+var migrations = map[int]func(tx *bolt.Tx) error{}
+
+// entryOverhead bounds the bytes a stored entry may take beyond its document, so a record can be
+// rejected by size before it is decoded.
+const entryOverhead = 2048
+
+// loadRules are what a replayed database is checked against.
+type loadRules struct {
+	bounds   wire.Bounds
+	schemas  *schema.Registry
+	settings map[string]SettingsBackend
+}
+
+type boltBackend struct {
+	db        *bolt.DB
+	retention uint64
+}
+
+func openBolt(path string, timeout time.Duration, retention int) (*boltBackend, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return nil, err
+	}
+	return &boltBackend{db: db, retention: uint64(retention)}, nil
+}
+
+func (b *boltBackend) close() error { return b.db.Close() }
+
+func entryKey(ns, key string) []byte {
+	k := make([]byte, 0, len(ns)+1+len(key))
+	k = append(k, ns...)
+	k = append(k, 0)
+	return append(k, key...)
+}
+
+func seqKey(seq uint64) []byte {
+	var k [8]byte
+	binary.BigEndian.PutUint64(k[:], seq)
+	return k[:]
+}
+
+// initialize creates the layout in a database that has no buckets at all.
+func (b *boltBackend) initialize(epoch string) error {
+	return b.db.Update(func(tx *bolt.Tx) error {
+		empty := true
+		_ = tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
+		if !empty {
+			return nil
+		}
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucket(name); err != nil {
+				return err
+			}
+		}
+		m := tx.Bucket(bucketMeta)
+		for k, v := range map[string]string{
+			string(metaFormat): strconv.Itoa(formatVersion), string(metaEpoch): epoch, string(metaTotalBytes): "0",
+			string(metaAuditHead): `{"seq":0,"hash":""}`, string(metaAuditCheckpoint): `{"seq":0,"hash":""}`,
+		} {
+			if err := m.Put([]byte(k), []byte(v)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// migrate brings an older format up to formatVersion.
+func (b *boltBackend) migrate() error {
+	return b.db.Update(func(tx *bolt.Tx) error {
+		m := tx.Bucket(bucketMeta)
+		if m == nil {
+			return nil // load reports it
+		}
+		v, err := strconv.Atoi(string(m.Get(metaFormat)))
+		if err != nil || v >= formatVersion {
+			return nil // load reports it
+		}
+		for ; v < formatVersion; v++ {
+			step, ok := migrations[v]
+			if !ok {
+				return fmt.Errorf("no migration from format %d", v)
+			}
+			if err := step(tx); err != nil {
+				return fmt.Errorf("migrate format %d: %w", v, err)
+			}
+		}
+		return m.Put(metaFormat, []byte(strconv.Itoa(formatVersion)))
+	})
+}
+
+func strictJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data")
+	}
+	return nil
+}
+
+// load validates and replays the database. bbolt may panic on a corrupt page; that is recovered and
+// reported as the reason, never propagated.
+func (b *boltBackend) load(rules *loadRules) (ld *loaded, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			ld, err = nil, fmt.Errorf("database is corrupt: %v", r)
+		}
+	}()
+	if err := b.initialize(randomHex(8)); err != nil {
+		return nil, fmt.Errorf("initialize database: %w", err)
+	}
+	if err := b.migrate(); err != nil {
+		return nil, err
+	}
+	err = b.db.View(func(tx *bolt.Tx) error {
+		var e error
+		ld, e = loadTx(tx, rules)
+		return e
+	})
+	return ld, err
+}
+
+func loadTx(tx *bolt.Tx, rules *loadRules) (*loaded, error) {
+	bounds := rules.bounds
+	for _, name := range allBuckets {
+		if tx.Bucket(name) == nil {
+			return nil, fmt.Errorf("bucket %q is missing", name)
+		}
+	}
+	// Metadata first, before any document is decoded.
+	meta := tx.Bucket(bucketMeta)
+	format, err := strconv.Atoi(string(meta.Get(metaFormat)))
+	if err != nil {
+		return nil, fmt.Errorf("format version %q is not a number", meta.Get(metaFormat))
+	}
+	if format != formatVersion {
+		return nil, fmt.Errorf("unsupported format version %d (this build reads %d)", format, formatVersion)
+	}
+	ld := &loaded{epoch: string(meta.Get(metaEpoch)), spaces: map[string]*loadedSpace{}}
+	if ld.epoch == "" {
+		return nil, errors.New("epoch is missing")
+	}
+	total, err := strconv.ParseInt(string(meta.Get(metaTotalBytes)), 10, 64)
+	if err != nil || total < 0 {
+		return nil, fmt.Errorf("total_bytes %q is not a byte count", meta.Get(metaTotalBytes))
+	}
+	if total > bounds.MaxTotalValueBytes {
+		return nil, fmt.Errorf("total_bytes %d exceeds max_total_value_bytes %d", total, bounds.MaxTotalValueBytes)
+	}
+	if err := strictJSON(meta.Get(metaAuditHead), &ld.auditHead); err != nil {
+		return nil, fmt.Errorf("audit_head: %v", err)
+	}
+	var cp auditCheckpoint
+	if err := strictJSON(meta.Get(metaAuditCheckpoint), &cp); err != nil {
+		return nil, fmt.Errorf("audit_checkpoint: %v", err)
+	}
+	if cp.Seq > ld.auditHead.Seq {
+		return nil, fmt.Errorf("audit checkpoint seq %d is past the head seq %d", cp.Seq, ld.auditHead.Seq)
+	}
+	if k, _ := tx.Bucket(bucketAudit).Cursor().Last(); ld.auditHead.Seq > cp.Seq {
+		if k == nil || binary.BigEndian.Uint64(k) != ld.auditHead.Seq {
+			return nil, fmt.Errorf("audit head seq %d is not the last audit record", ld.auditHead.Seq)
+		}
+	}
+
+	counters := map[string]nsCounter{}
+	var sum int64
+	var nonEmpty int64
+	err = tx.Bucket(bucketNamespaces).ForEach(func(k, v []byte) error {
+		ns := string(k)
+		if !wire.ValidNamespace(ns) {
+			return fmt.Errorf("namespace %q is not a valid namespace", ns)
+		}
+		if _, ok := rules.settings[ns]; ok {
+			return fmt.Errorf("namespace %q is settings-backed but has database entries", ns)
+		}
+		var c nsCounter
+		if err := strictJSON(v, &c); err != nil {
+			return fmt.Errorf("namespace %q metadata: %v", ns, err)
+		}
+		if c.Revision > wire.MaxSafeInteger || c.Entries < 0 || c.Bytes < 0 {
+			return fmt.Errorf("namespace %q metadata out of range", ns)
+		}
+		if c.Entries > bounds.MaxEntriesPerNamespace {
+			return fmt.Errorf("namespace %q holds %d entries, over max_entries_per_namespace %d", ns, c.Entries, bounds.MaxEntriesPerNamespace)
+		}
+		if c.Entries == 0 && c.Bytes != 0 {
+			return fmt.Errorf("namespace %q has no entries but %d bytes", ns, c.Bytes)
+		}
+		if c.Entries > 0 {
+			nonEmpty++
+		}
+		sum += c.Bytes
+		counters[ns] = c
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if nonEmpty > bounds.MaxNamespaces {
+		return nil, fmt.Errorf("%d namespaces hold entries, over max_namespaces %d", nonEmpty, bounds.MaxNamespaces)
+	}
+	if sum != total {
+		return nil, fmt.Errorf("total_bytes %d disagrees with the namespaces' byte counters (sum %d)", total, sum)
+	}
+
+	// Documents, each bounded by size before it is decoded.
+	seen := map[string]nsCounter{}
+	maxRecord := int(bounds.MaxDocumentBytes) + entryOverhead
+	err = tx.Bucket(bucketEntries).ForEach(func(k, v []byte) error {
+		ns, key, ok := strings.Cut(string(k), "\x00")
+		if !ok {
+			return fmt.Errorf("entry key %q has no namespace separator", k)
+		}
+		c, ok := counters[ns]
+		if !ok {
+			return fmt.Errorf("orphan entry %s:%s: its namespace has no metadata", ns, key)
+		}
+		if !wire.ValidKey(key) {
+			return fmt.Errorf("entry %s:%q has an invalid key", ns, key)
+		}
+		if len(v) > maxRecord {
+			return fmt.Errorf("entry %s:%s is %d bytes, over the bound", ns, key, len(v))
+		}
+		var e wire.Entry
+		if err := strictJSON(v, &e); err != nil {
+			return fmt.Errorf("entry %s:%s does not decode: %v", ns, key, err)
+		}
+		if e.Namespace != ns || e.Key != key {
+			return fmt.Errorf("entry %s:%s names itself %s:%s", ns, key, e.Namespace, e.Key)
+		}
+		if e.Revision < 1 || e.Revision > c.Revision {
+			return fmt.Errorf("entry %s:%s has revision %d but its namespace is at %d", ns, key, e.Revision, c.Revision)
+		}
+		if !wire.ValidPrincipalID(e.Owner) {
+			return fmt.Errorf("entry %s:%s has an invalid owner %q", ns, key, e.Owner)
+		}
+		if e.TTLMs < 0 || e.ExpiresAtMs < 0 || (e.TTLMs == 0) != (e.ExpiresAtMs == 0) {
+			return fmt.Errorf("entry %s:%s has an inconsistent lease", ns, key)
+		}
+		doc, err := wire.CompactDocument(e.Document)
+		if err != nil || !bytes.Equal(doc, e.Document) {
+			return fmt.Errorf("entry %s:%s document is not a compact JSON object", ns, key)
+		}
+		if int64(len(doc)) > bounds.MaxDocumentBytes {
+			return fmt.Errorf("entry %s:%s document is %d bytes, over max_document_bytes", ns, key, len(doc))
+		}
+		if err := rules.schemas.Validate(e.Schema, ns, doc); err != nil {
+			return fmt.Errorf("entry %s:%s: %v", ns, key, err)
+		}
+		s := seen[ns]
+		s.Entries++
+		s.Bytes += int64(len(doc))
+		seen[ns] = s
+		ls := ld.spaces[ns]
+		if ls == nil {
+			ls = &loadedSpace{revision: c.Revision}
+			ld.spaces[ns] = ls
+		}
+		ls.entries = append(ls.entries, &e)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for ns, c := range counters {
+		s := seen[ns]
+		if s.Entries != c.Entries || s.Bytes != c.Bytes {
+			return nil, fmt.Errorf("namespace %q counters say %d entries and %d bytes, its entries hold %d and %d",
+				ns, c.Entries, c.Bytes, s.Entries, s.Bytes)
+		}
+		if ld.spaces[ns] == nil {
+			ld.spaces[ns] = &loadedSpace{revision: c.Revision}
+		}
+	}
+	return ld, nil
+}
+
+func (b *boltBackend) commit(bt *batch) error {
+	return b.db.Update(func(tx *bolt.Tx) error {
+		entries := tx.Bucket(bucketEntries)
+		for _, c := range bt.changes {
+			switch c.kind {
+			case changePut, changeTouch:
+				v, err := json.Marshal(c.entry)
+				if err != nil {
+					return err
+				}
+				if err := entries.Put(entryKey(c.ns, c.key), v); err != nil {
+					return err
+				}
+			case changeDelete, changeExpire:
+				if err := entries.Delete(entryKey(c.ns, c.key)); err != nil {
+					return err
+				}
+			}
+		}
+		nsb := tx.Bucket(bucketNamespaces)
+		for ns, c := range bt.namespaces {
+			v, _ := json.Marshal(c)
+			if err := nsb.Put([]byte(ns), v); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if err := meta.Put(metaTotalBytes, []byte(strconv.FormatInt(bt.totalBytes, 10))); err != nil {
+			return err
+		}
+		if len(bt.audit) == 0 {
+			return nil
+		}
+		ab := tx.Bucket(bucketAudit)
+		for i := range bt.audit {
+			v, _ := json.Marshal(&bt.audit[i])
+			if err := ab.Put(seqKey(bt.audit[i].Seq), v); err != nil {
+				return err
+			}
+		}
+		last := bt.audit[len(bt.audit)-1]
+		head, _ := json.Marshal(auditHead{Seq: last.Seq, Hash: last.Hash})
+		if err := meta.Put(metaAuditHead, head); err != nil {
+			return err
+		}
+		return b.prune(meta, ab, last.Seq)
+	})
+}
+
+// prune applies the retention rule (see auditCheckpoint).
+func (b *boltBackend) prune(meta, ab *bolt.Bucket, head uint64) error {
+	var cp auditCheckpoint
+	if err := json.Unmarshal(meta.Get(metaAuditCheckpoint), &cp); err != nil {
+		return fmt.Errorf("audit checkpoint: %w", err)
+	}
+	if head-cp.Seq <= b.retention+auditPruneSlack {
+		return nil
+	}
+	through := head - b.retention
+	c := ab.Cursor()
+	for k, v := c.First(); k != nil && binary.BigEndian.Uint64(k) <= through; k, v = c.First() {
+		var rec auditRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("audit record %d: %w", binary.BigEndian.Uint64(k), err)
+		}
+		cp = auditCheckpoint{Seq: rec.Seq, Hash: rec.Hash}
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	v, _ := json.Marshal(cp)
+	return meta.Put(metaAuditCheckpoint, v)
+}
+
+func (b *boltBackend) backup(w io.Writer) (int64, error) {
+	var n int64
+	err := b.db.View(func(tx *bolt.Tx) error {
+		var e error
+		n, e = tx.WriteTo(w)
+		return e
+	})
+	return n, err
+}
+
+func (b *boltBackend) scanAudit(fn func(auditCheckpoint, *auditRecord, []byte) error) (auditCheckpoint, auditHead, error) {
+	var cp auditCheckpoint
+	var head auditHead
+	err := b.db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if err := json.Unmarshal(meta.Get(metaAuditCheckpoint), &cp); err != nil {
+			return fmt.Errorf("audit checkpoint: %w", err)
+		}
+		if err := json.Unmarshal(meta.Get(metaAuditHead), &head); err != nil {
+			return fmt.Errorf("audit head: %w", err)
+		}
+		return tx.Bucket(bucketAudit).ForEach(func(k, v []byte) error {
+			var rec auditRecord
+			if err := strictJSON(v, &rec); err != nil || len(k) != 8 || binary.BigEndian.Uint64(k) != rec.Seq {
+				return fn(cp, nil, v)
+			}
+			return fn(cp, &rec, v)
+		})
+	})
+	return cp, head, err
+}
+
+// setEpoch starts a new epoch (restore).
+func (b *boltBackend) setEpoch(epoch string) error {
+	return b.db.Update(func(tx *bolt.Tx) error {
+		m := tx.Bucket(bucketMeta)
+		if m == nil {
+			return errors.New("meta bucket is missing")
+		}
+		return m.Put(metaEpoch, []byte(epoch))
+	})
+}

@@ -1,0 +1,512 @@
+package store
+
+import (
+	"errors"
+	"time"
+
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+type mutKind uint8
+
+const (
+	mutPut mutKind = iota + 1
+	mutDelete
+	mutTouch   // push a lease deadline forward without a revision (heartbeat keepalive)
+	mutBarrier // no change: run a batch, so every lease already due is expired
+)
+
+// mutation is one queued write. Its fields are checked for shape, policy, TTL, size and schema before
+// it is queued; the committer checks guard, revision and quotas against the staged state.
+type mutation struct {
+	kind      mutKind
+	principal string
+	ns, key   string
+	schema    string
+	doc       []byte
+	expected  *int64
+	ttlMs     int64
+	guard     *wire.Guard
+	done      chan mutResult
+}
+
+type mutResult struct {
+	entry    *wire.Entry
+	revision uint64
+	err      error
+}
+
+var errClosed = wire.Errorf(wire.CodeUnavailable, "state store is closed")
+
+// submit queues m for the committer and waits for its answer. A context that ends first returns its
+// error; the mutation may still commit (as with any request whose reply was lost).
+func (s *Store) submit(ctx interface {
+	Done() <-chan struct{}
+	Err() error
+}, m *mutation) mutResult {
+	m.done = make(chan mutResult, 1)
+	s.submitMu.RLock()
+	if s.closing {
+		s.submitMu.RUnlock()
+		return mutResult{err: errClosed}
+	}
+	select {
+	case s.queue <- m:
+	case <-ctx.Done():
+		s.submitMu.RUnlock()
+		return mutResult{err: ctx.Err()}
+	}
+	s.submitMu.RUnlock()
+	select {
+	case r := <-m.done:
+		return r
+	case <-ctx.Done():
+		return mutResult{err: ctx.Err()}
+	}
+}
+
+// committer is the one goroutine that writes: it takes every queued mutation, commits them together
+// and expires leases when their deadline comes.
+func (s *Store) committer() {
+	defer s.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	batch := make([]*mutation, 0, s.opts.MaxBatch)
+	for {
+		timer.Reset(s.nextExpiry())
+		select {
+		case m := <-s.queue:
+			batch = s.drain(append(batch[:0], m))
+			_ = s.runBatch(batch)
+		case <-timer.C:
+			_ = s.runBatch(nil)
+		case <-s.stop:
+			// Finish what was queued before Close; intake is already shut.
+			for {
+				batch = s.drain(batch[:0])
+				if len(batch) == 0 {
+					return
+				}
+				_ = s.runBatch(batch)
+			}
+		}
+	}
+}
+
+// drain appends queued mutations to batch without waiting, up to MaxBatch.
+func (s *Store) drain(batch []*mutation) []*mutation {
+	for len(batch) < s.opts.MaxBatch {
+		select {
+		case m := <-s.queue:
+			batch = append(batch, m)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// nextExpiry is how long until the earliest lease deadline (an hour when there is none).
+func (s *Store) nextExpiry() time.Duration {
+	d, ok := s.deadlines.peek()
+	if !ok {
+		return time.Hour
+	}
+	wait := s.untilMs(d.atMs)
+	if wait < 0 {
+		return 0
+	}
+	return wait + time.Millisecond // expiry is inclusive: at atMs the entry is already gone
+}
+
+// stagedOp is one change of a batch, in commit order.
+type stagedOp struct {
+	kind      changeKind
+	ns, key   string
+	entry     *wire.Entry // put and touch
+	revision  uint64      // the namespace revision it commits at (put, delete, expire)
+	principal string
+	m         *mutation // nil for an expiry
+}
+
+// nsStage is a namespace's counters as they will be after the staged ops.
+type nsStage struct {
+	revision uint64
+	count    int64
+	bytes    int64
+	settings bool
+	touched  bool
+}
+
+// stage is the state as it will be after the ops staged so far in this batch.
+type stage struct {
+	s      *Store
+	now    int64
+	vals   map[string]*wire.Entry // namespace 0x00 key -> staged value, nil when removed
+	spaces map[string]*nsStage
+	total  int64
+	dbTot  int64
+	liveNS int64
+	ops    []stagedOp
+}
+
+func newStage(s *Store, now int64) *stage {
+	return &stage{s: s, now: now, vals: map[string]*wire.Entry{}, spaces: map[string]*nsStage{},
+		total: s.totalBytes, dbTot: s.dbBytes, liveNS: s.liveNamespaces}
+}
+
+func (st *stage) ns(ns string) *nsStage {
+	n := st.spaces[ns]
+	if n == nil {
+		n = &nsStage{}
+		if sp := st.s.spaces[ns]; sp != nil {
+			n.revision, n.count, n.bytes, n.settings = sp.revision, int64(sp.count()), sp.bytes, sp.settings
+		} else {
+			_, n.settings = st.s.opts.Settings[ns]
+		}
+		st.spaces[ns] = n
+	}
+	return n
+}
+
+func (st *stage) lookup(ns, key string) *wire.Entry {
+	if e, ok := st.vals[ns+"\x00"+key]; ok {
+		return e
+	}
+	if sp := st.s.spaces[ns]; sp != nil {
+		return sp.get(key)
+	}
+	return nil
+}
+
+// set records key's new value (nil: removed) and keeps the counters.
+func (st *stage) set(ns, key string, prev, next *wire.Entry) {
+	n := st.ns(ns)
+	n.touched = true
+	var delta int64
+	if prev != nil {
+		delta -= int64(len(prev.Document))
+	}
+	if next != nil {
+		delta += int64(len(next.Document))
+	}
+	switch {
+	case prev == nil && next != nil:
+		if n.count == 0 {
+			st.liveNS++
+		}
+		n.count++
+	case prev != nil && next == nil:
+		n.count--
+		if n.count == 0 {
+			st.liveNS--
+		}
+	}
+	n.bytes += delta
+	st.total += delta
+	if !n.settings {
+		st.dbTot += delta
+	}
+	st.vals[ns+"\x00"+key] = next
+}
+
+func (st *stage) checkGuard(m *mutation) error {
+	if m.guard == nil {
+		return nil
+	}
+	g := st.lookup(m.ns, m.guard.Key)
+	var cur uint64
+	if g != nil {
+		cur = g.Revision
+	}
+	if g == nil || cur != uint64(m.guard.Revision) {
+		return wire.RevisionError(wire.CodeGuardFailed, cur, "guard %s is at revision %d, not %d", m.guard.Key, cur, m.guard.Revision)
+	}
+	return nil
+}
+
+func (st *stage) stagePut(m *mutation) (*wire.Entry, error) {
+	if err := st.checkGuard(m); err != nil {
+		return nil, err
+	}
+	cur := st.lookup(m.ns, m.key)
+	if m.expected != nil {
+		exp := uint64(*m.expected)
+		switch {
+		case exp == 0 && cur != nil:
+			return nil, wire.RevisionError(wire.CodeConflict, cur.Revision, "%s already exists", m.key)
+		case exp > 0 && cur == nil:
+			return nil, wire.RevisionError(wire.CodeConflict, 0, "%s does not exist", m.key)
+		case exp > 0 && cur.Revision != exp:
+			return nil, wire.RevisionError(wire.CodeConflict, cur.Revision, "%s is at revision %d, not %d", m.key, cur.Revision, exp)
+		}
+	}
+	b := st.s.opts.Bounds
+	n := st.ns(m.ns)
+	size := int64(len(m.doc))
+	var prevSize int64
+	if cur == nil {
+		if n.count+1 > b.MaxEntriesPerNamespace {
+			return nil, wire.Errorf(wire.CodeQuotaExceeded, "namespace %s holds %d entries (max_entries_per_namespace)", m.ns, n.count)
+		}
+		if n.count == 0 && st.liveNS+1 > b.MaxNamespaces {
+			return nil, wire.Errorf(wire.CodeQuotaExceeded, "%d namespaces hold entries (max_namespaces)", st.liveNS)
+		}
+	} else {
+		prevSize = int64(len(cur.Document))
+	}
+	if st.total-prevSize+size > b.MaxTotalValueBytes {
+		return nil, wire.Errorf(wire.CodeQuotaExceeded, "the store holds %d document bytes; %d more would pass max_total_value_bytes %d",
+			st.total, size-prevSize, b.MaxTotalValueBytes)
+	}
+	n.revision++
+	e := &wire.Entry{Namespace: m.ns, Key: m.key, Schema: m.schema, Owner: m.principal, Revision: n.revision,
+		CreatedAtMs: st.now, UpdatedAtMs: st.now, Document: m.doc}
+	if cur != nil {
+		e.CreatedAtMs = cur.CreatedAtMs
+	}
+	if m.ttlMs > 0 {
+		e.TTLMs, e.ExpiresAtMs = m.ttlMs, st.now+m.ttlMs
+	}
+	st.set(m.ns, m.key, cur, e)
+	st.ops = append(st.ops, stagedOp{kind: changePut, ns: m.ns, key: m.key, entry: e, revision: e.Revision, principal: m.principal, m: m})
+	return e, nil
+}
+
+func (st *stage) stageDelete(m *mutation) (uint64, error) {
+	if err := st.checkGuard(m); err != nil {
+		return 0, err
+	}
+	cur := st.lookup(m.ns, m.key)
+	if cur == nil {
+		return 0, wire.Errorf(wire.CodeNotFound, "%s not found in %s", m.key, m.ns)
+	}
+	if m.expected != nil && cur.Revision != uint64(*m.expected) {
+		return 0, wire.RevisionError(wire.CodeConflict, cur.Revision, "%s is at revision %d, not %d", m.key, cur.Revision, *m.expected)
+	}
+	n := st.ns(m.ns)
+	n.revision++
+	st.set(m.ns, m.key, cur, nil)
+	st.ops = append(st.ops, stagedOp{kind: changeDelete, ns: m.ns, key: m.key, revision: n.revision, principal: m.principal, m: m})
+	return n.revision, nil
+}
+
+func (st *stage) stageTouch(m *mutation) (*wire.Entry, error) {
+	cur := st.lookup(m.ns, m.key)
+	if cur == nil {
+		return nil, wire.Errorf(wire.CodeNotFound, "%s not found in %s", m.key, m.ns)
+	}
+	if cur.TTLMs == 0 {
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "%s has no lease to keep alive", m.key)
+	}
+	e := *cur
+	e.ExpiresAtMs = st.now + e.TTLMs
+	st.set(m.ns, m.key, cur, &e)
+	st.ops = append(st.ops, stagedOp{kind: changeTouch, ns: m.ns, key: m.key, entry: &e, principal: m.principal, m: m})
+	return &e, nil
+}
+
+func (st *stage) stageExpire(d deadline) {
+	cur := st.lookup(d.ns, d.key)
+	if cur == nil || cur.Revision != d.revision || cur.ExpiresAtMs != d.atMs || d.atMs > st.now {
+		return // stale: replaced, deleted or kept alive since
+	}
+	n := st.ns(d.ns)
+	n.revision++
+	st.set(d.ns, d.key, cur, nil)
+	st.ops = append(st.ops, stagedOp{kind: changeExpire, ns: d.ns, key: d.key, revision: n.revision, principal: cur.Owner})
+}
+
+// runBatch expires every lease already due, stages muts in order against the state before them,
+// commits the result in one transaction, applies it to memory, fans it out and answers. A failed commit
+// answers STORAGE to every mutation of the batch and leaves memory as it was.
+func (s *Store) runBatch(muts []*mutation) error {
+	now := s.nowMs()
+	st := newStage(s, now)
+
+	s.mu.Lock()
+	var due []deadline
+	for {
+		d, ok := s.deadlines.peek()
+		if !ok || d.atMs > now {
+			break
+		}
+		due = append(due, s.deadlines.pop())
+	}
+	s.expiring = len(due) > 0 // a watch snapshot waits for these expiries to apply
+	s.mu.Unlock()
+	for _, d := range due {
+		st.stageExpire(d)
+	}
+
+	results := make([]mutResult, len(muts))
+	for i, m := range muts {
+		switch m.kind {
+		case mutPut:
+			results[i].entry, results[i].err = st.stagePut(m)
+		case mutDelete:
+			results[i].revision, results[i].err = st.stageDelete(m)
+		case mutTouch:
+			results[i].entry, results[i].err = st.stageTouch(m)
+		}
+	}
+
+	if len(st.ops) > 0 {
+		if err := s.persist(st); err != nil {
+			s.mu.Lock()
+			for _, d := range due {
+				s.deadlines.push(d) // they are still due; the next batch tries again
+			}
+			s.expiring = false
+			s.mu.Unlock()
+			s.opts.Logger.Error("commit failed", "mutations", len(muts), "err", err)
+			serr := wire.Errorf(wire.CodeStorage, "commit failed: %v", err)
+			for _, m := range muts {
+				m.done <- mutResult{err: serr}
+			}
+			return err
+		}
+		s.apply(st)
+	} else if len(due) > 0 {
+		s.mu.Lock()
+		s.expiring = false
+		s.mu.Unlock()
+	}
+	for i, m := range muts {
+		m.done <- results[i]
+	}
+	return nil
+}
+
+// persist writes the staged ops: settings-backed namespaces to their backends, then everything else
+// and the audit records in one database transaction. If the transaction fails, the settings files are
+// put back as they were.
+func (s *Store) persist(st *stage) error {
+	bt := &batch{namespaces: map[string]nsCounter{}, totalBytes: st.dbTot}
+	head := s.audit
+	for _, op := range st.ops {
+		n := st.spaces[op.ns]
+		if !n.settings {
+			bt.changes = append(bt.changes, change{kind: op.kind, ns: op.ns, key: op.key, entry: op.entry})
+			bt.namespaces[op.ns] = nsCounter{Revision: n.revision, Entries: n.count, Bytes: n.bytes}
+		}
+		if op.kind == changeTouch {
+			continue // a keepalive is not an audited mutation
+		}
+		rec := auditRecord{Seq: head.Seq + 1, AtMs: st.now, Principal: op.principal, Op: op.kind.String(),
+			Namespace: op.ns, Key: op.key, Revision: op.revision, PrevHash: head.Hash}
+		if op.entry != nil {
+			rec.DocumentSHA256 = documentDigest(op.entry.Document)
+		}
+		rec.Hash = rec.computeHash()
+		head = auditHead{Seq: rec.Seq, Hash: rec.Hash}
+		bt.audit = append(bt.audit, rec)
+	}
+	saved, err := s.saveSettings(st)
+	if err != nil {
+		s.restoreSettings(saved)
+		return err
+	}
+	if err := s.be.commit(bt); err != nil {
+		s.restoreSettings(saved)
+		return err
+	}
+	s.audit = head
+	return nil
+}
+
+// saveSettings writes each settings-backed namespace the batch touched; it returns the namespaces
+// written so far with their previous state.
+func (s *Store) saveSettings(st *stage) (map[string]SettingsState, error) {
+	saved := map[string]SettingsState{}
+	for ns, n := range st.spaces {
+		if !n.settings || !n.touched {
+			continue
+		}
+		prev := s.settingsState(ns, nil)
+		next := s.settingsState(ns, st)
+		next.Revision = n.revision
+		if err := s.opts.Settings[ns].Save(next); err != nil {
+			return saved, errors.Join(errors.New("settings namespace "+ns), err)
+		}
+		saved[ns] = prev
+	}
+	return saved, nil
+}
+
+func (s *Store) restoreSettings(saved map[string]SettingsState) {
+	for ns, prev := range saved {
+		if err := s.opts.Settings[ns].Save(prev); err != nil {
+			s.opts.Logger.Error("could not put a settings namespace back after a failed commit", "namespace", ns, "err", err)
+		}
+	}
+}
+
+// settingsState is ns's content in memory, or as staged when st is not nil.
+func (s *Store) settingsState(ns string, st *stage) SettingsState {
+	out := SettingsState{}
+	sp := s.spaces[ns]
+	if sp != nil {
+		out.Revision = sp.revision
+		sp.tree.Ascend(func(e *wire.Entry) bool {
+			if st != nil {
+				if _, ok := st.vals[ns+"\x00"+e.Key]; ok {
+					return true // staged value added below
+				}
+			}
+			out.Entries = append(out.Entries, *e)
+			return true
+		})
+	}
+	if st != nil {
+		prefix := ns + "\x00"
+		for k, e := range st.vals {
+			if e != nil && len(k) > len(prefix) && k[:len(prefix)] == prefix {
+				out.Entries = append(out.Entries, *e)
+			}
+		}
+	}
+	return out
+}
+
+// apply makes a committed batch visible: memory, then the watch fan-out, under the write lock so a
+// watch snapshot sees all of it or none of it.
+func (s *Store) apply(st *stage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expiring = false
+	for _, op := range st.ops {
+		sp := s.space(op.ns)
+		var prevSize int64
+		if old := sp.get(op.key); old != nil {
+			prevSize = int64(len(old.Document))
+		}
+		switch op.kind {
+		case changePut, changeTouch:
+			s.index(sp, op.entry)
+		case changeDelete, changeExpire:
+			s.unindex(sp, op.key)
+		}
+		if !sp.settings {
+			var size int64
+			if op.entry != nil {
+				size = int64(len(op.entry.Document))
+			}
+			s.dbBytes += size - prevSize
+		}
+		if op.kind == changeTouch {
+			continue
+		}
+		sp.revision = op.revision
+		ev := &Event{Revision: op.revision, Key: op.key}
+		switch op.kind {
+		case changePut:
+			ev.Kind, ev.Entry = wire.UpdatePut, op.entry
+		case changeDelete:
+			ev.Kind = wire.UpdateDelete
+		case changeExpire:
+			ev.Kind = wire.UpdateExpire
+		}
+		s.watches.fanout(op.ns, ev)
+	}
+}

@@ -1,0 +1,15 @@
+// Package store is the coordination plane's durable state store engine: documents keyed by
+// (namespace, key) with per-namespace revisions, compare-and-set, fencing guards, TTL leases whose
+// expiry watchers see, namespace policy, quotas, and watches that start with an atomic snapshot and then
+// deliver ordered, acknowledged updates (SPEC.md sections 1 to 8, 10 and 13).
+//
+// One committer goroutine owns the database. Every mutation (put, delete, lease expiry, keepalive)
+// queues to it; it takes every queued mutation, checks each against the state as it will be after the
+// ones before it, writes them in one bbolt transaction with their audit records, commits (fsync), and
+// only then applies them to memory, fans the updates out and answers the callers. Reads and watch
+// snapshots are served from an ordered in-memory index and never touch the disk.
+//
+// The engine knows no network. Transports (the NATS server, tests, benchmarks) call it with the caller's
+// policy.Principal; the engine enforces the namespace policy, so every transport enforces the same rules.
+// Errors are *wire.Error values carrying SPEC codes: match them with errors.Is(err, wire.ErrConflict).
+package store

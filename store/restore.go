@@ -1,0 +1,96 @@
+package store
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/keeppeek/coordination/store/schema"
+)
+
+// Restore replaces the database at path with the backup read from r, offline: the server must be
+// stopped (Restore refuses while another process holds the database). It writes the backup to a
+// temporary file beside path, validates it exactly as Open would (format, identifiers, schemas,
+// counts and bytes within opts.Bounds, revisions, byte counters), starts a new epoch in it, and only
+// then renames it over path, so entries, namespace revisions and byte counters come back together or
+// not at all. It returns the new epoch.
+func Restore(path string, r io.Reader, opts Options) (string, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(path); err == nil {
+		// A running server holds the file lock; a read-only open would wait on it.
+		db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 500 * time.Millisecond})
+		if err != nil {
+			return "", fmt.Errorf("restore: %s is in use or unreadable (stop the server first): %w", path, err)
+		}
+		_ = db.Close()
+	}
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, ".restore-*.db")
+	if err != nil {
+		return "", fmt.Errorf("restore: %w", err)
+	}
+	tmpName := tmp.Name()
+	defer os.Remove(tmpName) // no-op after the rename
+	if _, err := io.Copy(tmp, r); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("restore: copy backup: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("restore: %w", err)
+	}
+	epoch, err := validateBackup(tmpName, opts)
+	if err != nil {
+		return "", fmt.Errorf("restore: the backup is not valid, nothing was changed: %w", err)
+	}
+	if err := syncFile(tmpName); err != nil {
+		return "", fmt.Errorf("restore: %w", err)
+	}
+	if err := os.Rename(tmpName, path); err != nil {
+		return "", fmt.Errorf("restore: %w", err)
+	}
+	if err := syncFile(dir); err != nil {
+		return "", fmt.Errorf("restore: sync %s: %w", dir, err)
+	}
+	return epoch, nil
+}
+
+func validateBackup(file string, opts Options) (string, error) {
+	reg, err := schema.New()
+	if err != nil {
+		return "", err
+	}
+	b, err := openBolt(file, opts.OpenTimeout, opts.AuditRetention)
+	if err != nil {
+		return "", err
+	}
+	defer b.close()
+	hasMeta := false
+	_ = b.db.View(func(tx *bolt.Tx) error { hasMeta = tx.Bucket(bucketMeta) != nil; return nil })
+	if !hasMeta {
+		return "", fmt.Errorf("no meta bucket: not a state store backup")
+	}
+	if _, err := b.load(&loadRules{bounds: opts.Bounds, schemas: reg, settings: opts.Settings}); err != nil {
+		return "", err
+	}
+	epoch := randomHex(8)
+	if err := b.setEpoch(epoch); err != nil {
+		return "", err
+	}
+	return epoch, nil
+}
+
+func syncFile(name string) error {
+	f, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}

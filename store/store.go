@@ -1,0 +1,326 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/keeppeek/coordination/store/policy"
+	"github.com/keeppeek/coordination/store/schema"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// Store is the engine. It is safe for concurrent use. A Store that could not load its data is
+// unavailable: every call answers UNAVAILABLE, Info lacks the state-store feature, and Unavailable
+// gives the reason.
+type Store struct {
+	opts    Options
+	schemas *schema.Registry
+	be      backend
+	reason  error // non-nil: unavailable
+	epoch   string
+
+	// mu guards the memory state below. The committer is its only writer; it reads without the lock
+	// and takes it exclusively to apply a commit and fan it out. Readers take it shared.
+	mu             sync.RWMutex
+	spaces         map[string]*space
+	totalBytes     int64 // every namespace, settings-backed included
+	dbBytes        int64 // database-backed namespaces only (the persisted counter)
+	liveNamespaces int64 // namespaces holding at least one entry
+	deadlines      deadlineHeap
+	expiring       bool // due leases popped from deadlines and not yet applied
+	audit          auditHead
+
+	watches registry
+
+	// submit guards intake: Close takes it exclusively to stop new mutations.
+	submitMu sync.RWMutex
+	closing  bool
+	queue    chan *mutation
+	wake     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	wg       sync.WaitGroup
+	closeMu  sync.Mutex
+	closed   bool
+}
+
+// Open opens (or creates) the store at path. It returns an error only for invalid options; a database
+// that cannot be opened or fails validation gives an unavailable Store with the reason, never a panic
+// and never partial service.
+func Open(path string, opts Options) (*Store, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	reg, err := schema.New()
+	if err != nil {
+		return nil, fmt.Errorf("store: schemas: %w", err)
+	}
+	s := &Store{
+		opts:    opts,
+		schemas: reg,
+		spaces:  map[string]*space{},
+		queue:   make(chan *mutation, 4096),
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	s.watches.init(opts.Bounds)
+	if err := s.load(path); err != nil {
+		s.reason = err
+		s.opts.Logger.Error("state store unavailable", "path", path, "reason", err)
+		close(s.done)
+		return s, nil
+	}
+	s.wg.Add(2)
+	go s.committer()
+	go s.janitor()
+	return s, nil
+}
+
+func (s *Store) load(path string) error {
+	var be backend
+	if s.opts.InMemory {
+		be = &memBackend{epoch: randomHex(8)}
+	} else {
+		b, err := openBolt(path, s.opts.OpenTimeout, s.opts.AuditRetention)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+		be = b
+	}
+	rules := &loadRules{bounds: s.opts.Bounds, schemas: s.schemas, settings: s.opts.Settings}
+	ld, err := be.load(rules)
+	if err != nil {
+		_ = be.close()
+		return fmt.Errorf("load %s: %w", path, err)
+	}
+	s.be = be
+	s.epoch = ld.epoch
+	s.audit = ld.auditHead
+	for ns, ls := range ld.spaces {
+		sp := s.space(ns)
+		sp.revision = ls.revision
+		for _, e := range ls.entries {
+			s.index(sp, e)
+			s.dbBytes += int64(len(e.Document))
+		}
+	}
+	for ns, sb := range s.opts.Settings {
+		if err := s.loadSettings(ns, sb); err != nil {
+			_ = be.close()
+			return err
+		}
+	}
+	// Restart purge (SPEC section 6): overdue leases are expired, in deadline order, before serving.
+	if err := s.runBatch(nil); err != nil {
+		_ = be.close()
+		return fmt.Errorf("purge overdue leases: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) loadSettings(ns string, sb SettingsBackend) error {
+	st, err := sb.Load()
+	if err != nil {
+		return fmt.Errorf("settings namespace %s: %w", ns, err)
+	}
+	sp := s.space(ns)
+	sp.settings = true
+	sp.revision = st.Revision
+	if int64(len(st.Entries)) > s.opts.Bounds.MaxEntriesPerNamespace {
+		return fmt.Errorf("settings namespace %s holds %d entries, over max_entries_per_namespace", ns, len(st.Entries))
+	}
+	for i := range st.Entries {
+		e := st.Entries[i]
+		e.Namespace = ns
+		if !wire.ValidKey(e.Key) || sp.get(e.Key) != nil {
+			return fmt.Errorf("settings namespace %s: invalid or duplicate key %q", ns, e.Key)
+		}
+		if e.Revision < 1 || e.Revision > st.Revision {
+			return fmt.Errorf("settings namespace %s: entry %s has revision %d, namespace is at %d", ns, e.Key, e.Revision, st.Revision)
+		}
+		doc, err := wire.CompactDocument(e.Document)
+		if err != nil || int64(len(doc)) > s.opts.Bounds.MaxDocumentBytes {
+			return fmt.Errorf("settings namespace %s: entry %s has an invalid document", ns, e.Key)
+		}
+		if err := s.schemas.Validate(e.Schema, ns, doc); err != nil {
+			return fmt.Errorf("settings namespace %s: entry %s: %v", ns, e.Key, err)
+		}
+		e.Document, e.TTLMs, e.ExpiresAtMs = doc, 0, 0
+		s.index(sp, &e)
+	}
+	if s.totalBytes > s.opts.Bounds.MaxTotalValueBytes {
+		return fmt.Errorf("settings namespace %s: total bytes over max_total_value_bytes", ns)
+	}
+	return nil
+}
+
+// space returns the namespace's memory state, creating it. Callers hold mu or run before serving.
+func (s *Store) space(ns string) *space {
+	sp := s.spaces[ns]
+	if sp == nil {
+		sp = newSpace(ns)
+		s.spaces[ns] = sp
+	}
+	return sp
+}
+
+// index inserts or replaces e in sp and keeps the counters and deadlines. Callers hold mu exclusively
+// or run before serving.
+func (s *Store) index(sp *space, e *wire.Entry) {
+	old, replaced := sp.tree.ReplaceOrInsert(e)
+	if replaced {
+		sp.bytes -= int64(len(old.Document))
+		s.totalBytes -= int64(len(old.Document))
+	} else if sp.count() == 1 {
+		s.liveNamespaces++
+	}
+	sp.bytes += int64(len(e.Document))
+	s.totalBytes += int64(len(e.Document))
+	if e.ExpiresAtMs != 0 {
+		s.deadlines.push(deadline{atMs: e.ExpiresAtMs, ns: sp.name, key: e.Key, revision: e.Revision})
+	}
+}
+
+// unindex removes key from sp.
+func (s *Store) unindex(sp *space, key string) {
+	old, ok := sp.tree.Delete(&wire.Entry{Key: key})
+	if !ok {
+		return
+	}
+	sp.bytes -= int64(len(old.Document))
+	s.totalBytes -= int64(len(old.Document))
+	if sp.count() == 0 {
+		s.liveNamespaces--
+	}
+}
+
+// Unavailable returns the reason the store is not served, or nil when it is.
+func (s *Store) Unavailable() error { return s.reason }
+
+func (s *Store) unavailable() error {
+	return wire.Errorf(wire.CodeUnavailable, "state store is not served: %v", s.reason)
+}
+
+// serving returns UNAVAILABLE when the store did not load or is closing.
+func (s *Store) serving() error {
+	if s.reason != nil {
+		return s.unavailable()
+	}
+	s.closeMu.Lock()
+	closed := s.closed
+	s.closeMu.Unlock()
+	if closed {
+		return wire.Errorf(wire.CodeUnavailable, "state store is closed")
+	}
+	return nil
+}
+
+// Info describes the server. Features include keeppeek.state-store.v1 only while the store is served.
+func (s *Store) Info() wire.Info {
+	features := []string{}
+	if s.serving() == nil {
+		features = append(features, wire.FeatureStateStore)
+	}
+	return wire.Info{ServerID: s.opts.ServerID, Version: s.opts.Version, Epoch: s.epoch, Features: features, Bounds: s.opts.Bounds}
+}
+
+// Bounds returns the bounds in force.
+func (s *Store) Bounds() wire.Bounds { return s.opts.Bounds }
+
+// Schemas returns the schema registry the store validates with.
+func (s *Store) Schemas() *schema.Registry { return s.schemas }
+
+// Close finishes the mutations already queued, closes every watch with SHUTDOWN and closes the
+// database. Calls after Close answer UNAVAILABLE. Close is idempotent.
+func (s *Store) Close() error {
+	return s.shutdown(wire.CloseShutdown, "the server is stopping")
+}
+
+func (s *Store) shutdown(reason wire.CloseReason, msg string) error {
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.closeMu.Unlock()
+	if s.reason != nil {
+		return nil
+	}
+	s.submitMu.Lock()
+	s.closing = true
+	s.submitMu.Unlock()
+	close(s.stop)
+	s.wg.Wait()
+	s.watches.closeAll(reason, msg)
+	return s.be.close()
+}
+
+// Backup writes a consistent online snapshot of the whole database (one read transaction) to w. Only
+// an admin may take one.
+func (s *Store) Backup(ctx context.Context, p policy.Principal, w io.Writer) (int64, error) {
+	if err := s.serving(); err != nil {
+		return 0, err
+	}
+	if !p.Admin {
+		return 0, wire.Errorf(wire.CodePermissionDenied, "principal %q may not take a backup", p.ID)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := s.be.backup(w)
+	if err != nil {
+		return n, wire.Errorf(wire.CodeStorage, "backup: %v", err)
+	}
+	return n, nil
+}
+
+// VerifyAudit walks the audit chain and reports the first broken link.
+func (s *Store) VerifyAudit() (AuditReport, error) {
+	if err := s.serving(); err != nil {
+		return AuditReport{}, err
+	}
+	return verifyChain(s.be)
+}
+
+// Stats are the engine's counters, for metrics.
+type Stats struct {
+	Namespaces     int
+	LiveNamespaces int64
+	TotalBytes     int64
+	Watches        int
+	PerNamespace   []NamespaceStats
+}
+
+// NamespaceStats are one namespace's counters.
+type NamespaceStats struct {
+	Namespace string
+	Revision  uint64
+	Entries   int
+	Bytes     int64
+}
+
+// Stats returns the current counters, namespaces in name order.
+func (s *Store) Stats() Stats {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	st := Stats{Namespaces: len(s.spaces), LiveNamespaces: s.liveNamespaces, TotalBytes: s.totalBytes, Watches: s.watches.count()}
+	for _, sp := range s.spaces {
+		st.PerNamespace = append(st.PerNamespace, NamespaceStats{Namespace: sp.name, Revision: sp.revision, Entries: sp.count(), Bytes: sp.bytes})
+	}
+	sort.Slice(st.PerNamespace, func(i, j int) bool { return st.PerNamespace[i].Namespace < st.PerNamespace[j].Namespace })
+	return st
+}
+
+func (s *Store) nowMs() int64 { return s.opts.Clock().UnixMilli() }
+
+// waitTimer returns how long until atMs by the store's clock.
+func (s *Store) untilMs(atMs int64) time.Duration {
+	return time.Duration(atMs-s.nowMs()) * time.Millisecond
+}

@@ -1,0 +1,384 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/keeppeek/coordination/store/policy"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// Event is one committed change as watchers see it. One Event is shared by every watch it reaches;
+// its encoding is made once.
+type Event struct {
+	Revision uint64
+	Kind     wire.UpdateKind
+	Key      string
+	Entry    *wire.Entry // PUT only
+	tail     []byte      // `"revision":..,"kind":..,"key":..[,"entry":..]}`, made at the first match
+}
+
+func (ev *Event) encodeTail() {
+	if ev.tail != nil {
+		return
+	}
+	b := make([]byte, 0, 64+len(ev.Key))
+	b = append(b, `"revision":`...)
+	b = strconv.AppendUint(b, ev.Revision, 10)
+	b = append(b, `,"kind":"`...)
+	b = append(b, ev.Kind...)
+	b = append(b, `","key":`...)
+	k, _ := json.Marshal(ev.Key)
+	b = append(b, k...)
+	if ev.Entry != nil {
+		e, _ := json.Marshal(ev.Entry)
+		b = append(b, `,"entry":`...)
+		b = append(b, e...)
+	}
+	ev.tail = append(b, '}')
+}
+
+// Message is what a watch's Sink receives: an update (Event set, Sequence from 1) or the final close
+// (Closed set).
+type Message struct {
+	WatchID  string
+	Sequence uint64
+	Event    *Event
+	Closed   *wire.WatchClosed
+}
+
+// JSON encodes the message as SPEC section 7 spells it (StateStoreWatchUpdate or
+// StateStoreWatchClosed). An update's entry is encoded once, whatever the number of watchers.
+func (m Message) JSON() []byte {
+	if m.Closed != nil {
+		b, _ := json.Marshal(m.Closed)
+		return b
+	}
+	id, _ := json.Marshal(m.WatchID)
+	b := make([]byte, 0, 48+len(id)+len(m.Event.tail))
+	b = append(b, `{"watch_id":`...)
+	b = append(b, id...)
+	b = append(b, `,"watch_sequence":`...)
+	b = strconv.AppendUint(b, m.Sequence, 10)
+	b = append(b, ',')
+	return append(b, m.Event.tail...)
+}
+
+// Update returns the message as a wire.WatchUpdate (for an update message).
+func (m Message) Update() wire.WatchUpdate {
+	return wire.WatchUpdate{WatchID: m.WatchID, WatchSequence: m.Sequence, Revision: m.Event.Revision,
+		Kind: m.Event.Kind, Key: m.Event.Key, Entry: m.Event.Entry}
+}
+
+// Sink receives a watch's messages in order. The engine calls it while it fans a commit out, so it
+// must not block: hand the message to a buffered channel or a non-blocking publish (a NATS publish
+// is). A watch never has more than max_pending_updates updates outstanding plus its close, so a
+// channel of that capacity plus one never fills.
+type Sink func(Message)
+
+type watchKey struct{ principal, id string }
+
+type watch struct {
+	key       watchKey
+	principal policy.Principal
+	ns        string
+	prefix    string
+	sink      Sink
+	seq       uint64      // highest sequence sent
+	acked     uint64      // highest sequence acknowledged
+	sentAt    []time.Time // send time of each unacknowledged sequence, acked+1 first
+}
+
+// registry holds the live watches. Its lock is taken after Store.mu when both are held.
+type registry struct {
+	mu           sync.Mutex
+	bounds       wire.Bounds
+	byID         map[watchKey]*watch
+	byNS         map[string]map[*watch]struct{}
+	perPrincipal map[string]int64
+}
+
+func (r *registry) init(b wire.Bounds) {
+	r.bounds = b
+	r.byID = map[watchKey]*watch{}
+	r.byNS = map[string]map[*watch]struct{}{}
+	r.perPrincipal = map[string]int64{}
+}
+
+func (r *registry) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.byID)
+}
+
+// admitLocked checks WATCH_EXISTS, then RESOURCE_EXHAUSTED.
+func (r *registry) admitLocked(k watchKey) error {
+	if _, ok := r.byID[k]; ok {
+		return wire.Errorf(wire.CodeWatchExists, "watch %q is already live for %s", k.id, k.principal)
+	}
+	if int64(len(r.byID)) >= r.bounds.MaxWatches {
+		return wire.Errorf(wire.CodeResourceExhausted, "%d watches are live (max_watches)", len(r.byID))
+	}
+	if r.perPrincipal[k.principal] >= r.bounds.MaxWatchesPerPrincipal {
+		return wire.Errorf(wire.CodeResourceExhausted, "principal %s has %d live watches (max_watches_per_principal)", k.principal, r.perPrincipal[k.principal])
+	}
+	return nil
+}
+
+func (r *registry) addLocked(w *watch) {
+	r.byID[w.key] = w
+	set := r.byNS[w.ns]
+	if set == nil {
+		set = map[*watch]struct{}{}
+		r.byNS[w.ns] = set
+	}
+	set[w] = struct{}{}
+	r.perPrincipal[w.key.principal]++
+}
+
+func (r *registry) removeLocked(w *watch) {
+	delete(r.byID, w.key)
+	if set := r.byNS[w.ns]; set != nil {
+		delete(set, w)
+		if len(set) == 0 {
+			delete(r.byNS, w.ns)
+		}
+	}
+	if r.perPrincipal[w.key.principal]--; r.perPrincipal[w.key.principal] <= 0 {
+		delete(r.perPrincipal, w.key.principal)
+	}
+}
+
+// closeLocked removes w and sends its one close message; nothing is sent on it after.
+func (r *registry) closeLocked(w *watch, reason wire.CloseReason, msg string) {
+	r.removeLocked(w)
+	w.sink(Message{WatchID: w.key.id, Closed: &wire.WatchClosed{WatchID: w.key.id, Kind: wire.UpdateClosed, Reason: reason, Message: msg}})
+}
+
+// fanout sends ev to every watch of ns whose prefix matches, in commit order. A watch that would pass
+// max_pending_updates is closed with OVERFLOW instead.
+func (r *registry) fanout(ns string, ev *Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set := r.byNS[ns]
+	if len(set) == 0 {
+		return
+	}
+	var now time.Time
+	for w := range set {
+		if !strings.HasPrefix(ev.Key, w.prefix) {
+			continue
+		}
+		if int64(w.seq-w.acked) >= r.bounds.MaxPendingUpdates {
+			r.closeLocked(w, wire.CloseOverflow, "more than max_pending_updates updates are unacknowledged")
+			continue
+		}
+		if now.IsZero() {
+			now = time.Now()
+			ev.encodeTail()
+		}
+		w.seq++
+		w.sentAt = append(w.sentAt, now)
+		w.sink(Message{WatchID: w.key.id, Sequence: w.seq, Event: ev})
+	}
+}
+
+// expireAcks closes with ACK_TIMEOUT every watch whose oldest unacknowledged update is older than the
+// ack deadline.
+func (r *registry) expireAcks(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	limit := time.Duration(r.bounds.AckDeadlineMs) * time.Millisecond
+	for _, w := range r.byID {
+		if len(w.sentAt) > 0 && now.Sub(w.sentAt[0]) > limit {
+			r.closeLocked(w, wire.CloseAckTimeout, "the oldest update was not acknowledged within ack_deadline_ms")
+		}
+	}
+}
+
+func (r *registry) closeAll(reason wire.CloseReason, msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.byID {
+		r.closeLocked(w, reason, msg)
+	}
+}
+
+// janitor enforces the ack deadline, so an ACK_TIMEOUT close comes well within 1 s of it.
+func (s *Store) janitor() {
+	defer s.wg.Done()
+	period := time.Duration(s.opts.Bounds.AckDeadlineMs) * time.Millisecond / 4
+	period = min(max(period, 10*time.Millisecond), 250*time.Millisecond)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			s.watches.expireAcks(now)
+		}
+	}
+}
+
+// maxWatchAttempts bounds how often a watch waits for due leases to expire before it takes its
+// snapshot anyway (expired entries are never in a snapshot either way).
+const maxWatchAttempts = 8
+
+// Watch atomically captures every live entry of req.Namespace under req.KeyPrefix and registers the
+// watch at snapshot_revision: no committed mutation falls between the two. Later updates go to sink in
+// revision order with watch_sequence from 1. Leases of the namespace already due are expired first.
+func (s *Store) Watch(ctx context.Context, p policy.Principal, req wire.WatchRequest, sink Sink) (*wire.WatchState, error) {
+	if err := s.serving(); err != nil {
+		return nil, err
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if sink == nil {
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "a watch needs a sink")
+	}
+	if err := policy.CheckRead(p, req.Namespace); err != nil {
+		return nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		ws, retry, err := s.tryWatch(p, req, sink, attempt < maxWatchAttempts)
+		if !retry {
+			return ws, err
+		}
+		if r := s.submit(ctx, &mutation{kind: mutBarrier}); r.err != nil {
+			return nil, r.err
+		}
+	}
+}
+
+func (s *Store) tryWatch(p policy.Principal, req wire.WatchRequest, sink Sink, mayWait bool) (*wire.WatchState, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	now := s.nowMs()
+	if d, ok := s.deadlines.peek(); mayWait && (s.expiring || (ok && d.atMs <= now)) {
+		return nil, true, nil
+	}
+	r := &s.watches
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := watchKey{principal: p.ID, id: req.WatchID}
+	if err := r.admitLocked(k); err != nil {
+		return nil, false, err
+	}
+	ws := &wire.WatchState{WatchID: req.WatchID, Namespace: req.Namespace, KeyPrefix: req.KeyPrefix, Entries: []wire.Entry{}}
+	if sp := s.spaces[req.Namespace]; sp != nil {
+		ws.SnapshotRevision = sp.revision
+		tooBroad := false
+		sp.ascendPrefix(req.KeyPrefix, "", func(e *wire.Entry) bool {
+			if !live(e, now) {
+				return true
+			}
+			if int64(len(ws.Entries)) >= s.opts.Bounds.MaxSnapshotEntries {
+				tooBroad = true
+				return false
+			}
+			ws.Entries = append(ws.Entries, *e)
+			return true
+		})
+		if tooBroad {
+			return nil, false, wire.Errorf(wire.CodeWatchTooBroad, "more than %d entries match (max_snapshot_entries); narrow the prefix", s.opts.Bounds.MaxSnapshotEntries)
+		}
+	}
+	if size := snapshotSize(ws); size > s.opts.Bounds.MaxSnapshotBytes {
+		return nil, false, wire.Errorf(wire.CodeWatchTooBroad, "the snapshot encodes to %d bytes (max_snapshot_bytes %d); narrow the prefix", size, s.opts.Bounds.MaxSnapshotBytes)
+	}
+	r.addLocked(&watch{key: k, principal: p, ns: req.Namespace, prefix: req.KeyPrefix, sink: sink})
+	return ws, false, nil
+}
+
+// snapshotSize is the length of the encoded watch reply: the StateStoreResult carrying ws.
+func snapshotSize(ws *wire.WatchState) int64 {
+	b, _ := json.Marshal(wire.Result{RequestID: wire.MaxSafeInteger, OK: true, Watch: ws})
+	return int64(len(b))
+}
+
+// Ack records that the watch's client applied every update up to req.AppliedSequence. An ack below an
+// earlier one or above the highest sent is INVALID_ARGUMENT and changes nothing.
+func (s *Store) Ack(ctx context.Context, p policy.Principal, req wire.AckRequest) error {
+	if err := s.serving(); err != nil {
+		return err
+	}
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	r := &s.watches
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.byID[watchKey{principal: p.ID, id: req.WatchID}]
+	if w == nil {
+		return wire.Errorf(wire.CodeNotFound, "no live watch %q", req.WatchID)
+	}
+	seq := uint64(req.AppliedSequence)
+	if seq < w.acked {
+		return wire.Errorf(wire.CodeInvalidArgument, "applied_sequence %d is below the earlier ack %d", seq, w.acked)
+	}
+	if seq > w.seq {
+		return wire.Errorf(wire.CodeInvalidArgument, "applied_sequence %d is above the highest sent %d", seq, w.seq)
+	}
+	w.sentAt = w.sentAt[seq-w.acked:]
+	w.acked = seq
+	return nil
+}
+
+// Unwatch removes a live watch; no close message is sent for it.
+func (s *Store) Unwatch(ctx context.Context, p policy.Principal, req wire.UnwatchRequest) error {
+	if err := s.serving(); err != nil {
+		return err
+	}
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	r := &s.watches
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.byID[watchKey{principal: p.ID, id: req.WatchID}]
+	if w == nil {
+		return wire.Errorf(wire.CodeNotFound, "no live watch %q", req.WatchID)
+	}
+	r.removeLocked(w)
+	return nil
+}
+
+// ReloadPrincipals re-evaluates every live watch against the principals lookup returns (false: the
+// principal was removed). A watch whose principal can no longer read its namespace is closed with
+// UNAUTHORIZED before ReloadPrincipals returns, so no update reaches it after the change.
+func (s *Store) ReloadPrincipals(lookup func(id string) (policy.Principal, bool)) {
+	r := &s.watches
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.byID {
+		p, ok := lookup(w.key.principal)
+		if !ok || !policy.CanRead(p, w.ns) {
+			r.closeLocked(w, wire.CloseUnauthorized, "the principal lost read permission")
+			continue
+		}
+		w.principal = p
+	}
+}
+
+// CloseWatches closes every live watch with reason (RESTORED, SNAPSHOT_FAILED, ...).
+func (s *Store) CloseWatches(reason wire.CloseReason, msg string) { s.watches.closeAll(reason, msg) }
+
+// CloseWatch closes one watch with reason, for a transport that could not deliver its snapshot
+// (SNAPSHOT_FAILED). It reports whether the watch was live.
+func (s *Store) CloseWatch(p policy.Principal, watchID string, reason wire.CloseReason, msg string) bool {
+	r := &s.watches
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.byID[watchKey{principal: p.ID, id: watchID}]
+	if w == nil {
+		return false
+	}
+	r.closeLocked(w, reason, msg)
+	return true
+}

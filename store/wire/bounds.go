@@ -1,0 +1,60 @@
+package wire
+
+import "fmt"
+
+// Bounds are the configurable limits of SPEC section 8, keyed on the wire by these names.
+type Bounds struct {
+	MaxDocumentBytes       int64 `json:"max_document_bytes" toml:"max_document_bytes"`
+	MaxEntriesPerNamespace int64 `json:"max_entries_per_namespace" toml:"max_entries_per_namespace"`
+	MaxNamespaces          int64 `json:"max_namespaces" toml:"max_namespaces"`
+	MaxTotalValueBytes     int64 `json:"max_total_value_bytes" toml:"max_total_value_bytes"`
+	MaxSnapshotEntries     int64 `json:"max_snapshot_entries" toml:"max_snapshot_entries"`
+	MaxSnapshotBytes       int64 `json:"max_snapshot_bytes" toml:"max_snapshot_bytes"`
+	MaxWatches             int64 `json:"max_watches" toml:"max_watches"`
+	MaxWatchesPerPrincipal int64 `json:"max_watches_per_principal" toml:"max_watches_per_principal"`
+	MaxPendingUpdates      int64 `json:"max_pending_updates" toml:"max_pending_updates"`
+	AckDeadlineMs          int64 `json:"ack_deadline_ms" toml:"ack_deadline_ms"`
+}
+
+// DefaultBounds returns the defaults of SPEC section 8.
+func DefaultBounds() Bounds {
+	return Bounds{
+		MaxDocumentBytes:       16384,
+		MaxEntriesPerNamespace: 4096,
+		MaxNamespaces:          1024,
+		MaxTotalValueBytes:     67108864,
+		MaxSnapshotEntries:     64,
+		MaxSnapshotBytes:       65536,
+		MaxWatches:             1024,
+		MaxWatchesPerPrincipal: 256,
+		MaxPendingUpdates:      32,
+		AckDeadlineMs:          30000,
+	}
+}
+
+// Validate reports the first bound that is not a positive number within the JSON integer range.
+func (b Bounds) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"max_document_bytes", b.MaxDocumentBytes},
+		{"max_entries_per_namespace", b.MaxEntriesPerNamespace},
+		{"max_namespaces", b.MaxNamespaces},
+		{"max_total_value_bytes", b.MaxTotalValueBytes},
+		{"max_snapshot_entries", b.MaxSnapshotEntries},
+		{"max_snapshot_bytes", b.MaxSnapshotBytes},
+		{"max_watches", b.MaxWatches},
+		{"max_watches_per_principal", b.MaxWatchesPerPrincipal},
+		{"max_pending_updates", b.MaxPendingUpdates},
+		{"ack_deadline_ms", b.AckDeadlineMs},
+	} {
+		if f.v < 1 || f.v > MaxSafeInteger {
+			return fmt.Errorf("bound %s must be between 1 and %d, got %d", f.name, int64(MaxSafeInteger), f.v)
+		}
+	}
+	return nil
+}
+
+// MaxSafeInteger is 2^53-1, the largest integer the contract carries.
+const MaxSafeInteger = 1<<53 - 1

@@ -1,0 +1,444 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Op names a state operation; it is the last token of its request subject.
+type Op string
+
+// The operations of SPEC section 5.
+const (
+	OpGet     Op = "get"
+	OpPut     Op = "put"
+	OpDelete  Op = "delete"
+	OpList    Op = "list"
+	OpWatch   Op = "watch"
+	OpUnwatch Op = "unwatch"
+	OpAck     Op = "ack"
+	OpInfo    Op = "info"
+)
+
+// Ops lists every operation.
+var Ops = []Op{OpGet, OpPut, OpDelete, OpList, OpWatch, OpUnwatch, OpAck, OpInfo}
+
+// FeatureStateStore is advertised by info only while the store is served.
+const FeatureStateStore = "keeppeek.state-store.v1"
+
+// Entry is a StateEntry (SPEC section 3). Document is the compact JSON encoding of one object.
+type Entry struct {
+	Namespace   string          `json:"namespace"`
+	Key         string          `json:"key"`
+	Schema      string          `json:"schema"`
+	Owner       string          `json:"owner"`
+	Revision    uint64          `json:"revision"`
+	CreatedAtMs int64           `json:"created_at_ms"`
+	UpdatedAtMs int64           `json:"updated_at_ms"`
+	TTLMs       int64           `json:"ttl_ms,omitempty"`
+	ExpiresAtMs int64           `json:"expires_at_ms,omitempty"`
+	Document    json.RawMessage `json:"document"`
+}
+
+// Guard is the fencing guard of put and delete: the write commits only if Key's live entry has
+// revision Revision.
+type Guard struct {
+	Key      string `json:"key"`
+	Revision int64  `json:"revision"`
+}
+
+// GetRequest reads one entry.
+type GetRequest struct {
+	RequestID int64  `json:"request_id"`
+	Namespace string `json:"namespace"`
+	Key       string `json:"key"`
+}
+
+// PutRequest replaces one entry. Nil pointers are absent fields.
+type PutRequest struct {
+	RequestID        int64           `json:"request_id"`
+	Namespace        string          `json:"namespace"`
+	Key              string          `json:"key"`
+	Schema           string          `json:"schema"`
+	Document         json.RawMessage `json:"document"`
+	ExpectedRevision *int64          `json:"expected_revision,omitempty"`
+	TTLMs            *int64          `json:"ttl_ms,omitempty"`
+	Guard            *Guard          `json:"guard,omitempty"`
+}
+
+// DeleteRequest removes one entry.
+type DeleteRequest struct {
+	RequestID        int64  `json:"request_id"`
+	Namespace        string `json:"namespace"`
+	Key              string `json:"key"`
+	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
+	Guard            *Guard `json:"guard,omitempty"`
+}
+
+// ListRequest pages through the live entries of a namespace in bytewise key order.
+type ListRequest struct {
+	RequestID int64  `json:"request_id"`
+	Namespace string `json:"namespace"`
+	KeyPrefix string `json:"key_prefix,omitempty"`
+	AfterKey  string `json:"after_key,omitempty"`
+	Limit     int64  `json:"limit,omitempty"`
+}
+
+// WatchRequest captures a snapshot and registers a watch.
+type WatchRequest struct {
+	RequestID int64  `json:"request_id"`
+	WatchID   string `json:"watch_id"`
+	Namespace string `json:"namespace"`
+	KeyPrefix string `json:"key_prefix,omitempty"`
+}
+
+// UnwatchRequest removes a watch.
+type UnwatchRequest struct {
+	RequestID int64  `json:"request_id"`
+	WatchID   string `json:"watch_id"`
+}
+
+// AckRequest acknowledges the highest contiguously applied watch sequence.
+type AckRequest struct {
+	RequestID       int64  `json:"request_id"`
+	WatchID         string `json:"watch_id"`
+	AppliedSequence int64  `json:"applied_sequence"`
+}
+
+// InfoRequest asks for server information.
+type InfoRequest struct {
+	RequestID int64 `json:"request_id"`
+}
+
+// DefaultListLimit and MaxListLimit bound list pages.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 256
+)
+
+// WatchState is the ok reply of watch: the atomic snapshot.
+type WatchState struct {
+	WatchID          string  `json:"watch_id"`
+	Namespace        string  `json:"namespace"`
+	KeyPrefix        string  `json:"key_prefix"`
+	SnapshotRevision uint64  `json:"snapshot_revision"`
+	Entries          []Entry `json:"entries"`
+}
+
+// Info is the ok reply of info.
+type Info struct {
+	ServerID string   `json:"server_id"`
+	Version  string   `json:"version"`
+	Epoch    string   `json:"epoch"`
+	Features []string `json:"features"`
+	Bounds   Bounds   `json:"bounds"`
+}
+
+// Result is a StateStoreResult, the reply to every request. Only the fields of the op are set.
+type Result struct {
+	RequestID       int64       `json:"request_id"`
+	OK              bool        `json:"ok"`
+	Error           *Error      `json:"error,omitempty"`
+	Entry           *Entry      `json:"entry,omitempty"`
+	Revision        *uint64     `json:"revision,omitempty"`
+	Entries         []Entry     `json:"entries,omitzero"`
+	NextAfterKey    string      `json:"next_after_key,omitempty"`
+	Watch           *WatchState `json:"watch,omitempty"`
+	WatchID         string      `json:"watch_id,omitempty"`
+	AppliedSequence *uint64     `json:"applied_sequence,omitempty"`
+	ServerID        string      `json:"server_id,omitempty"`
+	Version         string      `json:"version,omitempty"`
+	Epoch           string      `json:"epoch,omitempty"`
+	Features        []string    `json:"features,omitzero"`
+	Bounds          *Bounds     `json:"bounds,omitempty"`
+}
+
+// ErrorResult returns the failed reply for err; an error that is not a *Error becomes STORAGE.
+func ErrorResult(requestID int64, err error) Result {
+	var e *Error
+	if !errors.As(err, &e) {
+		e = &Error{Code: CodeStorage, Message: err.Error()}
+	}
+	return Result{RequestID: requestID, OK: false, Error: e}
+}
+
+// UpdateKind is the kind of a watch message.
+type UpdateKind string
+
+// Watch message kinds.
+const (
+	UpdatePut    UpdateKind = "PUT"
+	UpdateDelete UpdateKind = "DELETE"
+	UpdateExpire UpdateKind = "EXPIRE"
+	UpdateClosed UpdateKind = "CLOSED"
+)
+
+// CloseReason says why the server closed a watch (SPEC section 7.6).
+type CloseReason string
+
+// Close reasons, bare on the wire.
+const (
+	CloseOverflow       CloseReason = "OVERFLOW"
+	CloseAckTimeout     CloseReason = "ACK_TIMEOUT"
+	CloseUnauthorized   CloseReason = "UNAUTHORIZED"
+	CloseSnapshotFailed CloseReason = "SNAPSHOT_FAILED"
+	CloseRestored       CloseReason = "RESTORED"
+	CloseShutdown       CloseReason = "SHUTDOWN"
+)
+
+// WatchUpdate is a StateStoreWatchUpdate. Entry is set for PUT only.
+type WatchUpdate struct {
+	WatchID       string     `json:"watch_id"`
+	WatchSequence uint64     `json:"watch_sequence"`
+	Revision      uint64     `json:"revision"`
+	Kind          UpdateKind `json:"kind"`
+	Key           string     `json:"key"`
+	Entry         *Entry     `json:"entry,omitempty"`
+}
+
+// WatchClosed is a StateStoreWatchClosed message; Kind is always CLOSED.
+type WatchClosed struct {
+	WatchID string      `json:"watch_id"`
+	Kind    UpdateKind  `json:"kind"`
+	Reason  CloseReason `json:"reason"`
+	Message string      `json:"message"`
+}
+
+// WatchMessage is either message that travels on a watch's delivery subject. Decode it, then look at
+// Kind: CLOSED carries Reason and Message, the others are updates.
+type WatchMessage struct {
+	WatchID       string      `json:"watch_id"`
+	WatchSequence uint64      `json:"watch_sequence,omitempty"`
+	Revision      uint64      `json:"revision,omitempty"`
+	Kind          UpdateKind  `json:"kind"`
+	Key           string      `json:"key,omitempty"`
+	Entry         *Entry      `json:"entry,omitempty"`
+	Reason        CloseReason `json:"reason,omitempty"`
+	Message       string      `json:"message,omitempty"`
+}
+
+// Decode strictly decodes one JSON object into v: unknown fields, trailing data and type mismatches
+// are INVALID_ARGUMENT.
+func Decode(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return Errorf(CodeInvalidArgument, "malformed request: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Errorf(CodeInvalidArgument, "malformed request: trailing data")
+	}
+	return nil
+}
+
+// RequestIDOf extracts request_id from a request that may be invalid, for the error reply; 0 when the
+// body is not JSON or the id is not a valid integer.
+func RequestIDOf(data []byte) int64 {
+	var probe struct {
+		RequestID int64 `json:"request_id"`
+	}
+	if json.Unmarshal(data, &probe) != nil || probe.RequestID < 0 || probe.RequestID > MaxSafeInteger {
+		return 0
+	}
+	return probe.RequestID
+}
+
+// CompactDocument checks that raw is one JSON object and returns its compact encoding, whose length is
+// the document's size.
+func CompactDocument(raw json.RawMessage) ([]byte, error) {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 || string(trimmed) == "null" {
+		return nil, Errorf(CodeInvalidArgument, "document is required")
+	}
+	if trimmed[0] != '{' {
+		return nil, Errorf(CodeInvalidArgument, "document must be a JSON object")
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(trimmed))
+	if err := json.Compact(&buf, trimmed); err != nil {
+		return nil, Errorf(CodeInvalidArgument, "document is not valid JSON: %v", err)
+	}
+	return buf.Bytes(), nil
+}
+
+func checkRequestID(id int64) error {
+	if id < 0 || id > MaxSafeInteger {
+		return Errorf(CodeInvalidArgument, "request_id must be between 0 and 2^53-1")
+	}
+	return nil
+}
+
+func checkNamespaceKey(ns, key string) error {
+	if ns == "" {
+		return Errorf(CodeInvalidArgument, "namespace is required")
+	}
+	if !ValidNamespace(ns) {
+		return Errorf(CodeInvalidArgument, "invalid namespace %q", ns)
+	}
+	if key == "" {
+		return Errorf(CodeInvalidArgument, "key is required")
+	}
+	if !ValidKey(key) {
+		return Errorf(CodeInvalidArgument, "invalid key %q", key)
+	}
+	return nil
+}
+
+func checkExpected(exp *int64) error {
+	if exp != nil && (*exp < 0 || *exp > MaxSafeInteger) {
+		return Errorf(CodeInvalidArgument, "expected_revision must be between 0 and 2^53-1")
+	}
+	return nil
+}
+
+func checkGuard(g *Guard, key string) error {
+	if g == nil {
+		return nil
+	}
+	if g.Key == "" || !ValidKey(g.Key) {
+		return Errorf(CodeInvalidArgument, "guard key %q is not a valid key", g.Key)
+	}
+	if g.Key == key {
+		return Errorf(CodeInvalidArgument, "guard key must differ from the written key")
+	}
+	if g.Revision < 1 || g.Revision > MaxSafeInteger {
+		return Errorf(CodeInvalidArgument, "guard revision must be at least 1")
+	}
+	return nil
+}
+
+// Validate checks shape and identifiers (check 1 of SPEC section 5).
+func (r *GetRequest) Validate() error {
+	if err := checkRequestID(r.RequestID); err != nil {
+		return err
+	}
+	return checkNamespaceKey(r.Namespace, r.Key)
+}
+
+// Validate checks shape and identifiers. It does not check TTL bounds other than the sign, size or
+// schema: those are later checks.
+func (r *PutRequest) Validate() error {
+	if err := checkRequestID(r.RequestID); err != nil {
+		return err
+	}
+	if err := checkNamespaceKey(r.Namespace, r.Key); err != nil {
+		return err
+	}
+	if r.Schema == "" {
+		return Errorf(CodeInvalidArgument, "schema is required")
+	}
+	if _, err := CompactDocument(r.Document); err != nil {
+		return err
+	}
+	if err := checkExpected(r.ExpectedRevision); err != nil {
+		return err
+	}
+	if r.TTLMs != nil && (*r.TTLMs < 0 || *r.TTLMs > MaxSafeInteger) {
+		return Errorf(CodeInvalidArgument, "ttl_ms must be between 0 and 2^53-1")
+	}
+	return checkGuard(r.Guard, r.Key)
+}
+
+// Validate checks shape and identifiers; expected_revision 0 on delete is INVALID_ARGUMENT.
+func (r *DeleteRequest) Validate() error {
+	if err := checkRequestID(r.RequestID); err != nil {
+		return err
+	}
+	if err := checkNamespaceKey(r.Namespace, r.Key); err != nil {
+		return err
+	}
+	if err := checkExpected(r.ExpectedRevision); err != nil {
+		return err
+	}
+	if r.ExpectedRevision != nil && *r.ExpectedRevision == 0 {
+		return Errorf(CodeInvalidArgument, "expected_revision 0 (create only) is meaningless on delete")
+	}
+	return checkGuard(r.Guard, r.Key)
+}
+
+// Validate checks shape and identifiers.
+func (r *ListRequest) Validate() error {
+	if err := checkRequestID(r.RequestID); err != nil {
+		return err
+	}
+	if r.Namespace == "" {
+		return Errorf(CodeInvalidArgument, "namespace is required")
+	}
+	if !ValidNamespace(r.Namespace) {
+		return Errorf(CodeInvalidArgument, "invalid namespace %q", r.Namespace)
+	}
+	if !ValidKeyPrefix(r.KeyPrefix) {
+		return Errorf(CodeInvalidArgument, "invalid key_prefix %q", r.KeyPrefix)
+	}
+	if r.AfterKey != "" && !ValidKey(r.AfterKey) {
+		return Errorf(CodeInvalidArgument, "invalid after_key %q", r.AfterKey)
+	}
+	if r.Limit < 0 || r.Limit > MaxListLimit {
+		return Errorf(CodeInvalidArgument, "limit must be between 1 and %d", MaxListLimit)
+	}
+	return nil
+}
+
+// EffectiveLimit is Limit, or DefaultListLimit when it is 0.
+func (r *ListRequest) EffectiveLimit() int {
+	if r.Limit == 0 {
+		return DefaultListLimit
+	}
+	return int(r.Limit)
+}
+
+// Validate checks shape and identifiers.
+func (r *WatchRequest) Validate() error {
+	if err := checkRequestID(r.RequestID); err != nil {
+		return err
+	}
+	if !ValidWatchID(r.WatchID) {
+		return Errorf(CodeInvalidArgument, "invalid watch_id %q", r.WatchID)
+	}
+	if r.Namespace == "" {
+		return Errorf(CodeInvalidArgument, "namespace is required")
+	}
+	if !ValidNamespace(r.Namespace) {
+		return Errorf(CodeInvalidArgument, "invalid namespace %q", r.Namespace)
+	}
+	if !ValidKeyPrefix(r.KeyPrefix) {
+		return Errorf(CodeInvalidArgument, "invalid key_prefix %q", r.KeyPrefix)
+	}
+	return nil
+}
+
+// Validate checks shape and identifiers.
+func (r *UnwatchRequest) Validate() error {
+	if err := checkRequestID(r.RequestID); err != nil {
+		return err
+	}
+	if !ValidWatchID(r.WatchID) {
+		return Errorf(CodeInvalidArgument, "invalid watch_id %q", r.WatchID)
+	}
+	return nil
+}
+
+// Validate checks shape and identifiers; whether the sequence is acceptable is the watch's business.
+func (r *AckRequest) Validate() error {
+	if err := checkRequestID(r.RequestID); err != nil {
+		return err
+	}
+	if !ValidWatchID(r.WatchID) {
+		return Errorf(CodeInvalidArgument, "invalid watch_id %q", r.WatchID)
+	}
+	if r.AppliedSequence < 0 || r.AppliedSequence > MaxSafeInteger {
+		return Errorf(CodeInvalidArgument, "applied_sequence must be between 0 and 2^53-1")
+	}
+	return nil
+}
+
+// Validate checks the request id.
+func (r *InfoRequest) Validate() error { return checkRequestID(r.RequestID) }
+
+// String renders an entry's identity for messages.
+func (e *Entry) String() string {
+	return fmt.Sprintf("%s:%s@%d", e.Namespace, e.Key, e.Revision)
+}
