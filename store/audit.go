@@ -80,4 +80,3 @@ func (r AuditReport) String() string {
 	}
 	return fmt.Sprintf("BROKEN: record seq %d: %s", r.BrokenSeq, r.Problem)
 }
-
