@@ -1,0 +1,347 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/keeppeek/coordination/store/policy"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+func watchT(t testing.TB, s *Store, p policy.Principal, id, ns, prefix string) (*wire.WatchState, chan Message) {
+	t.Helper()
+	sink, ch := chanSink(256)
+	ws, err := s.Watch(ctxT(t), p, wire.WatchRequest{WatchID: id, Namespace: ns, KeyPrefix: prefix}, sink)
+	if err != nil {
+		t.Fatalf("Watch %s: %v", id, err)
+	}
+	return ws, ch
+}
+
+func wantClosed(t testing.TB, ch chan Message, reason wire.CloseReason) {
+	t.Helper()
+	for {
+		m := recv(t, ch)
+		if m.Closed == nil {
+			continue
+		}
+		if m.Closed.Reason != reason || m.Closed.Kind != wire.UpdateClosed {
+			t.Fatalf("closed with %+v, want %s", m.Closed, reason)
+		}
+		var c wire.WatchClosed
+		if err := wire.Decode(m.JSON(), &c); err != nil || c.Reason != reason {
+			t.Fatalf("close JSON %s: %v", m.JSON(), err)
+		}
+		return
+	}
+}
+
+func noMessage(t testing.TB, ch chan Message) {
+	t.Helper()
+	select {
+	case m := <-ch:
+		t.Fatalf("unexpected message %+v", m)
+	default:
+	}
+}
+
+func TestWatchSnapshotThenOrderedUpdates(t *testing.T) {
+	s, _ := openT(t, DefaultOptions())
+	ctx := ctxT(t)
+	const ns = "service/tx"
+	mustPut(t, s, admin, putLease(ns, "intents/a"))
+	mustPut(t, s, admin, putLease(ns, "other/x"))
+	ws, ch := watchT(t, s, admin, "w1", ns, "intents/")
+	if ws.SnapshotRevision != 2 || len(ws.Entries) != 1 || ws.Entries[0].Key != "intents/a" {
+		t.Fatalf("snapshot %+v", ws)
+	}
+	mustPut(t, s, admin, putLease(ns, "other/y")) // revision 3: outside the prefix
+	mustPut(t, s, admin, putLease(ns, "intents/b"))
+	if _, err := s.Delete(ctx, admin, wire.DeleteRequest{Namespace: ns, Key: "intents/a"}); err != nil {
+		t.Fatal(err)
+	}
+	m1, m2 := recv(t, ch), recv(t, ch)
+	if m1.Sequence != 1 || m1.Event.Revision != 4 || m1.Event.Kind != wire.UpdatePut || m1.Event.Entry.Key != "intents/b" {
+		t.Fatalf("first update %+v", m1)
+	}
+	// A revision skip (3 was outside the prefix) without a sequence skip.
+	if m2.Sequence != 2 || m2.Event.Revision != 5 || m2.Event.Kind != wire.UpdateDelete || m2.Event.Entry != nil {
+		t.Fatalf("second update %+v", m2)
+	}
+	var u wire.WatchMessage
+	if err := wire.Decode(m2.JSON(), &u); err != nil || u.Kind != wire.UpdateDelete || u.Key != "intents/a" || u.WatchSequence != 2 || u.WatchID != "w1" {
+		t.Fatalf("delete JSON %s: %v", m2.JSON(), err)
+	}
+	if strings.Contains(string(m2.JSON()), `"entry"`) {
+		t.Fatalf("a DELETE carries no entry: %s", m2.JSON())
+	}
+	noMessage(t, ch)
+}
+
+func TestWatchAckRules(t *testing.T) {
+	s, _ := openT(t, DefaultOptions())
+	ctx := ctxT(t)
+	const ns = "service/tx"
+	_, ch := watchT(t, s, admin, "w", ns, "")
+	for range 3 {
+		mustPut(t, s, admin, putLease(ns, "k"))
+		recv(t, ch)
+	}
+	ack := func(seq int64) error {
+		return s.Ack(ctx, admin, wire.AckRequest{WatchID: "w", AppliedSequence: seq})
+	}
+	wantCode(t, ack(4), wire.CodeInvalidArgument) // above the highest sent
+	if err := ack(2); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, ack(1), wire.CodeInvalidArgument) // below an earlier ack
+	if err := ack(2); err != nil {                // the same ack again is fine
+		t.Fatal(err)
+	}
+	if err := ack(3); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, s.Ack(ctx, admin, wire.AckRequest{WatchID: "nope", AppliedSequence: 0}), wire.CodeNotFound)
+	wantCode(t, s.Ack(ctx, bob, wire.AckRequest{WatchID: "w", AppliedSequence: 3}), wire.CodeNotFound) // watch ids are per principal
+}
+
+func TestWatchOverflowAndSlowWatcherDoesNotBlock(t *testing.T) {
+	opts := DefaultOptions()
+	opts.Bounds.MaxPendingUpdates = 4
+	s, _ := openT(t, opts)
+	ctx := ctxT(t)
+	const ns = "service/tx"
+	_, slow := watchT(t, s, admin, "slow", ns, "")
+	_, fast := watchT(t, s, admin, "fast", ns, "")
+	for i := 1; i <= 20; i++ {
+		mustPut(t, s, admin, putLease(ns, "k"))
+		m := recv(t, fast)
+		if m.Sequence != uint64(i) {
+			t.Fatalf("fast watcher got seq %d, want %d", m.Sequence, i)
+		}
+		if err := s.Ack(ctx, admin, wire.AckRequest{WatchID: "fast", AppliedSequence: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 4; i++ {
+		if m := recv(t, slow); m.Sequence != uint64(i) {
+			t.Fatalf("slow watcher seq %d, want %d", m.Sequence, i)
+		}
+	}
+	wantClosed(t, slow, wire.CloseOverflow)
+	noMessage(t, slow)
+	// A closed watch is gone: NOT_FOUND, and its id is free again.
+	wantCode(t, s.Unwatch(ctx, admin, wire.UnwatchRequest{WatchID: "slow"}), wire.CodeNotFound)
+	wantCode(t, s.Ack(ctx, admin, wire.AckRequest{WatchID: "slow", AppliedSequence: 1}), wire.CodeNotFound)
+	watchT(t, s, admin, "slow", ns, "")
+}
+
+func TestWatchAckTimeout(t *testing.T) {
+	opts := DefaultOptions()
+	opts.Bounds.AckDeadlineMs = 200
+	s, _ := openT(t, opts)
+	const ns = "service/tx"
+	_, ch := watchT(t, s, admin, "w", ns, "")
+	_, idle := watchT(t, s, admin, "idle", "service/other", "")
+	mustPut(t, s, admin, putLease(ns, "k"))
+	recv(t, ch)
+	wantClosed(t, ch, wire.CloseAckTimeout)
+	noMessage(t, idle) // a watch with nothing outstanding is never timed out
+	if s.Stats().Watches != 1 {
+		t.Fatalf("watches %d, want 1", s.Stats().Watches)
+	}
+}
+
+func TestWatchExistsAndCountBounds(t *testing.T) {
+	opts := DefaultOptions()
+	opts.Bounds.MaxWatches = 3
+	opts.Bounds.MaxWatchesPerPrincipal = 2
+	s, _ := openT(t, opts)
+	ctx := ctxT(t)
+	sink, _ := chanSink(8)
+	w := func(p policy.Principal, id, ns string) error {
+		_, err := s.Watch(ctx, p, wire.WatchRequest{WatchID: id, Namespace: ns}, sink)
+		return err
+	}
+	if err := w(admin, "a", "service/x"); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, w(admin, "a", "service/y"), wire.CodeWatchExists)
+	if err := w(alice, "a", "user/alice"); err != nil { // same id, other principal
+		t.Fatal(err)
+	}
+	if err := w(admin, "b", "service/x"); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, w(admin, "c", "service/x"), wire.CodeResourceExhausted)  // per principal
+	wantCode(t, w(alice, "b", "user/alice"), wire.CodeResourceExhausted) // in all
+	wantCode(t, w(admin, "a", "service/x"), wire.CodeWatchExists)        // exists is checked first
+	if err := s.Unwatch(ctx, admin, wire.UnwatchRequest{WatchID: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w(alice, "b", "user/alice"); err != nil {
+		t.Fatalf("slot not freed by unwatch: %v", err)
+	}
+}
+
+func TestWatchTooBroad(t *testing.T) {
+	opts := DefaultOptions()
+	opts.Bounds.MaxSnapshotEntries = 3
+	opts.Bounds.MaxSnapshotBytes = 2000
+	s, _ := openT(t, opts)
+	ctx := ctxT(t)
+	sink, _ := chanSink(8)
+	for i := range 4 {
+		mustPut(t, s, admin, putLease("service/x", fmt.Sprintf("a/%d", i)))
+	}
+	_, err := s.Watch(ctx, admin, wire.WatchRequest{WatchID: "w", Namespace: "service/x"}, sink)
+	wantCode(t, err, wire.CodeWatchTooBroad)
+	if _, err := s.Watch(ctx, admin, wire.WatchRequest{WatchID: "w", Namespace: "service/x", KeyPrefix: "a/1"}, sink); err != nil {
+		t.Fatalf("narrowed watch: %v", err)
+	}
+	big := json.RawMessage(`{"holder":"w","claimed_at_ms":1,"purpose":"` + strings.Repeat("p ", 400) + `"}`)
+	for i := range 3 {
+		mustPut(t, s, admin, wire.PutRequest{Namespace: "service/y", Key: fmt.Sprintf("b/%d", i), Schema: "keeppeek.lease.v1", Document: big})
+	}
+	_, err = s.Watch(ctx, admin, wire.WatchRequest{WatchID: "w2", Namespace: "service/y"}, sink)
+	wantCode(t, err, wire.CodeWatchTooBroad)
+	if s.Stats().Watches != 1 {
+		t.Fatalf("a rejected watch was registered")
+	}
+}
+
+func TestWatchUnauthorizedOnReload(t *testing.T) {
+	s, _ := openT(t, DefaultOptions())
+	ops := policy.Principal{ID: "ops", Admin: true}
+	_, ch := watchT(t, s, ops, "w", "service/tx", "")
+	_, mine := watchT(t, s, alice, "w", "user/alice", "")
+	_, kept := watchT(t, s, admin, "w", "service/tx", "")
+	// ops is demoted, alice is removed, admin is unchanged.
+	s.ReloadPrincipals(func(id string) (policy.Principal, bool) {
+		switch id {
+		case "ops":
+			return policy.Principal{ID: "ops"}, true
+		case "coordinator":
+			return admin, true
+		}
+		return policy.Principal{}, false
+	})
+	wantClosed(t, ch, wire.CloseUnauthorized)
+	wantClosed(t, mine, wire.CloseUnauthorized)
+	mustPut(t, s, admin, putLease("service/tx", "k"))
+	if m := recv(t, kept); m.Sequence != 1 {
+		t.Fatalf("kept watch: %+v", m)
+	}
+	noMessage(t, ch)
+}
+
+func TestWatchShutdownOnClose(t *testing.T) {
+	s, _ := openT(t, DefaultOptions())
+	_, ch := watchT(t, s, admin, "w", "service/tx", "")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantClosed(t, ch, wire.CloseShutdown)
+	_, err := s.Get(ctxT(t), admin, wire.GetRequest{Namespace: "service/tx", Key: "k"})
+	wantCode(t, err, wire.CodeUnavailable)
+	if strings.Contains(strings.Join(s.Info().Features, ","), wire.FeatureStateStore) {
+		t.Fatalf("a closed store advertises the feature")
+	}
+}
+
+// TestPutRacingWatch: a watch started during a write gets the entry in its snapshot or as one later
+// update, never neither and never both (seed acceptance scenario 3).
+func TestPutRacingWatch(t *testing.T) {
+	s, _ := openT(t, DefaultOptions())
+	ctx := ctxT(t)
+	const ns = "service/race"
+	for round := range 300 {
+		key := fmt.Sprintf("k%d", round)
+		id := fmt.Sprintf("w%d", round)
+		sink, ch := chanSink(8)
+		var wg sync.WaitGroup
+		var ws *wire.WatchState
+		var werr error
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			ws, werr = s.Watch(ctx, admin, wire.WatchRequest{WatchID: id, Namespace: ns, KeyPrefix: key}, sink)
+		}()
+		var put wire.Entry
+		go func() {
+			defer wg.Done()
+			put = mustPut(t, s, admin, putLease(ns, key))
+		}()
+		wg.Wait()
+		if werr != nil {
+			t.Fatal(werr)
+		}
+		inSnap := 0
+		for _, e := range ws.Entries {
+			if e.Key == key {
+				inSnap++
+			}
+		}
+		// Flush: a later put to the same prefix proves every earlier update has been delivered.
+		mustPut(t, s, admin, putLease(ns, key+"/z"))
+		updates := 0
+		for {
+			m := recv(t, ch)
+			if m.Event.Key == key+"/z" {
+				break
+			}
+			if m.Event.Key == key && m.Event.Revision == put.Revision {
+				updates++
+			}
+		}
+		if inSnap+updates != 1 {
+			t.Fatalf("round %d: entry in snapshot %d times and in updates %d times (snapshot rev %d, put rev %d)",
+				round, inSnap, updates, ws.SnapshotRevision, put.Revision)
+		}
+		if inSnap == 1 && ws.SnapshotRevision < put.Revision || inSnap == 0 && ws.SnapshotRevision >= put.Revision {
+			t.Fatalf("round %d: snapshot revision %d disagrees with put revision %d", round, ws.SnapshotRevision, put.Revision)
+		}
+		if err := s.Unwatch(ctx, admin, wire.UnwatchRequest{WatchID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestWatchMessageJSONMatchesWire(t *testing.T) {
+	s, _ := openT(t, DefaultOptions())
+	_, ch := watchT(t, s, admin, "w-1", "service/tx", "")
+	e := mustPut(t, s, admin, putLease("service/tx", "a.b_c-d"))
+	m := recv(t, ch)
+	var got wire.WatchUpdate
+	if err := wire.Decode(m.JSON(), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := m.Update()
+	gotJSON, _ := json.Marshal(got)
+	wantJSON, _ := json.Marshal(want)
+	if string(gotJSON) != string(wantJSON) || got.Entry.Revision != e.Revision {
+		t.Fatalf("encoded %s, want %s", gotJSON, wantJSON)
+	}
+}
+
+func TestUnwatchStopsDelivery(t *testing.T) {
+	s, _ := openT(t, DefaultOptions())
+	ctx := ctxT(t)
+	_, ch := watchT(t, s, admin, "w", "service/tx", "")
+	if err := s.Unwatch(ctx, admin, wire.UnwatchRequest{WatchID: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, s, admin, putLease("service/tx", "k"))
+	// A second watch that sees the put proves the fan-out for it has happened.
+	_, ch2 := watchT(t, s, admin, "w2", "service/tx", "")
+	mustPut(t, s, admin, putLease("service/tx", "k"))
+	recv(t, ch2)
+	noMessage(t, ch)
+	if err := s.Unwatch(ctx, admin, wire.UnwatchRequest{WatchID: "w"}); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("second unwatch: %v", err)
+	}
+}
