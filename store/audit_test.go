@@ -1,0 +1,110 @@
+package store
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+func TestAuditChainRecordsEveryMutation(t *testing.T) {
+	s, _ := openT(t, DefaultOptions())
+	ctx := ctxT(t)
+	mustPut(t, s, admin, putLease("service/tx", "a"))
+	mustPut(t, s, alice, wire.PutRequest{Namespace: "user/alice", Key: "p", Schema: "keeppeek.preference.v1", Document: json.RawMessage(`{"kind":"x"}`)})
+	if _, err := s.Delete(ctx, admin, wire.DeleteRequest{Namespace: "service/tx", Key: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = s.Put(ctx, admin, wire.PutRequest{Namespace: "service/tx", Key: "a", Schema: "nope.v1", Document: leaseDoc("w")}) // rejected: not audited
+	rep, err := s.VerifyAudit()
+	if err != nil || !rep.OK() || rep.Records != 3 || rep.HeadSeq != 3 || len(rep.HeadHash) != 64 {
+		t.Fatalf("report %+v %v", rep, err)
+	}
+	if !strings.HasPrefix(rep.String(), "OK: 3 records, hash chain intact (head seq 3, hash ") {
+		t.Fatalf("report text %q", rep.String())
+	}
+	var recs []auditRecord
+	if _, _, err := s.be.scanAudit(func(_ auditCheckpoint, r *auditRecord, _ []byte) error {
+		recs = append(recs, *r)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if recs[0].Op != "put" || recs[1].Principal != "alice" || recs[2].Op != "delete" || recs[2].DocumentSHA256 != "" ||
+		recs[0].DocumentSHA256 != documentDigest(leaseDoc("w1")) || recs[1].PrevHash != recs[0].Hash {
+		t.Fatalf("records %+v", recs)
+	}
+}
+
+func TestAuditRetentionKeepsChainVerifiable(t *testing.T) {
+	opts := DefaultOptions()
+	opts.AuditRetention = 10
+	s, path := openT(t, opts)
+	for range auditPruneSlack + 20 {
+		mustPut(t, s, admin, putLease("service/tx", "k"))
+	}
+	rep, err := s.VerifyAudit()
+	total := uint64(auditPruneSlack + 20)
+	if err != nil || !rep.OK() || rep.HeadSeq != total || rep.CheckpointSeq == 0 || rep.Records > 10+auditPruneSlack || rep.Records+rep.CheckpointSeq != total {
+		t.Fatalf("after pruning: %+v %v", rep, err)
+	}
+	s.Close()
+	s2 := openAt(t, path, opts)
+	if rep2, _ := s2.VerifyAudit(); rep2 != rep {
+		t.Fatalf("after reopen %+v, want %+v", rep2, rep)
+	}
+}
+
+func TestAuditVerifyFindsTampering(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		tamper func(b *bolt.Bucket) error
+		broken uint64
+		want   string
+	}{
+		{"edited record", func(b *bolt.Bucket) error {
+			var r auditRecord
+			_ = json.Unmarshal(b.Get(seqKey(3)), &r)
+			r.Principal = "mallory"
+			v, _ := json.Marshal(r)
+			return b.Put(seqKey(3), v)
+		}, 3, "does not match the record's content"},
+		{"removed record", func(b *bolt.Bucket) error { return b.Delete(seqKey(2)) }, 2, "sequence jumps"},
+		{"garbage record", func(b *bolt.Bucket) error { return b.Put(seqKey(4), []byte("{")) }, 4, "does not decode"},
+		{"relinked record", func(b *bolt.Bucket) error {
+			var r auditRecord
+			_ = json.Unmarshal(b.Get(seqKey(4)), &r)
+			r.PrevHash = strings.Repeat("0", 64)
+			r.Hash = r.computeHash()
+			v, _ := json.Marshal(r)
+			return b.Put(seqKey(4), v)
+		}, 4, "prev_hash"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, path := openT(t, DefaultOptions())
+			for range 5 {
+				mustPut(t, s, admin, putLease("service/tx", "k"))
+			}
+			s.Close()
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Update(func(tx *bolt.Tx) error { return c.tamper(tx.Bucket(bucketAudit)) }); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			s2 := openAt(t, path, DefaultOptions())
+			rep, err := s2.VerifyAudit()
+			if err != nil || rep.OK() || rep.BrokenSeq != c.broken || !strings.Contains(rep.Problem, c.want) {
+				t.Fatalf("report %+v %v", rep, err)
+			}
+			if !strings.HasPrefix(rep.String(), "BROKEN: record seq ") {
+				t.Fatalf("report text %q", rep.String())
+			}
+		})
+	}
+}

@@ -1,0 +1,110 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+func TestSettingsBackedNamespace(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "stated.toml")
+	const ns = "service/mqtt-bridge"
+	if err := os.WriteFile(cfg, []byte("data_dir = \"./data\"\n\n[state_store.settings.\""+ns+"\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	settings, err := TOMLSettingsNamespaces(cfg)
+	if err != nil || len(settings) != 1 {
+		t.Fatalf("settings namespaces %v %v", settings, err)
+	}
+	opts := DefaultOptions()
+	opts.Settings = settings
+	path := filepath.Join(dir, "state-store.db")
+	s := openAt(t, path, opts)
+	ctx := ctxT(t)
+	_, ch := watchT(t, s, admin, "w", ns, "")
+	doc := json.RawMessage(`{"role":"subscribe","desired":true,"source_id":"front-door","media_kind":"video"}`)
+	req := wire.PutRequest{Namespace: ns, Key: "bridge/config", Schema: "keeppeek.media-intent.v1", Document: doc}
+	req.TTLMs = i64(5000)
+	_, err = s.Put(ctx, admin, req)
+	wantCode(t, err, wire.CodeTTLInvalid)
+	req.TTLMs = nil
+	e := mustPut(t, s, admin, req)
+	if e.Revision != 1 || e.TTLMs != 0 {
+		t.Fatalf("settings put %+v", e)
+	}
+	if m := recv(t, ch); m.Event.Kind != wire.UpdatePut || m.Event.Revision != 1 {
+		t.Fatalf("settings watch %+v", m.Event)
+	}
+	raw, _ := os.ReadFile(cfg)
+	if !strings.Contains(string(raw), "bridge/config") || !strings.Contains(string(raw), "data_dir") {
+		t.Fatalf("config file after put:\n%s", raw)
+	}
+	mustPut(t, s, admin, wire.PutRequest{Namespace: ns, Key: "bridge/other", Schema: "keeppeek.media-intent.v1", Document: doc})
+	if _, err := s.Delete(ctx, admin, wire.DeleteRequest{Namespace: ns, Key: "bridge/other"}); err != nil {
+		t.Fatal(err)
+	}
+	// The database holds none of it: a settings namespace lives in its file.
+	s.Close()
+	opts2 := DefaultOptions()
+	opts2.Settings, _ = TOMLSettingsNamespaces(cfg)
+	s2 := openAt(t, path, opts2)
+	r, err := s2.List(ctx, admin, wire.ListRequest{Namespace: ns})
+	if err != nil || r.Revision != 3 || len(r.Entries) != 1 || r.Entries[0].Key != "bridge/config" || r.Entries[0].Owner != "coordinator" {
+		t.Fatalf("settings after reopen %+v %v", r, err)
+	}
+	if e := mustPut(t, s2, admin, req); e.Revision != 4 || e.CreatedAtMs != r.Entries[0].CreatedAtMs {
+		t.Fatalf("settings put after reopen %+v", e)
+	}
+	rep, err := s2.VerifyAudit()
+	if err != nil || !rep.OK() || rep.Records != 4 {
+		t.Fatalf("settings writes are audited: %+v %v", rep, err)
+	}
+	// Without the settings declaration the database has no trace of the namespace.
+	s2.Close()
+	s3 := openAt(t, path, DefaultOptions())
+	if r, _ := s3.List(ctx, admin, wire.ListRequest{Namespace: ns}); r.Revision != 0 || len(r.Entries) != 0 {
+		t.Fatalf("settings entries leaked into the database: %+v", r)
+	}
+}
+
+// failingSettings is a SettingsBackend over a real file whose Save can be made to fail, standing in
+// for a configuration file on a disk that refuses writes.
+type failingSettings struct {
+	SettingsBackend
+	fail bool
+}
+
+func (f *failingSettings) Save(s SettingsState) error {
+	if f.fail {
+		return errors.New("disk refused the write")
+	}
+	return f.SettingsBackend.Save(s)
+}
+
+func TestSettingsSaveFailureIsStorage(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "stated.toml")
+	const ns = "user/alice"
+	fs := &failingSettings{SettingsBackend: TOMLSettings(cfg, ns)}
+	opts := DefaultOptions()
+	opts.Settings = map[string]SettingsBackend{ns: fs}
+	s, _ := openT(t, opts)
+	pref := json.RawMessage(`{"kind":"ui"}`)
+	mustPut(t, s, alice, wire.PutRequest{Namespace: ns, Key: "prefs", Schema: "keeppeek.preference.v1", Document: pref})
+	fs.fail = true
+	_, err := s.Put(ctxT(t), alice, wire.PutRequest{Namespace: ns, Key: "prefs2", Schema: "keeppeek.preference.v1", Document: pref})
+	wantCode(t, err, wire.CodeStorage)
+	if r := nsRevision(t, s, ns); r != 1 {
+		t.Fatalf("a failed settings write moved the revision to %d", r)
+	}
+	fs.fail = false
+	if e := mustPut(t, s, alice, wire.PutRequest{Namespace: ns, Key: "prefs2", Schema: "keeppeek.preference.v1", Document: pref}); e.Revision != 2 {
+		t.Fatalf("write after recovery at %d", e.Revision)
+	}
+}
