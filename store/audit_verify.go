@@ -20,7 +20,7 @@ func verifyChain(be backend) (AuditReport, error) {
 		}
 		if !started {
 			started = true
-			prev = auditHead{Seq: cp.Seq, Hash: cp.Hash}
+			prev = auditHead(cp)
 		}
 		if rec == nil {
 			return fail(prev.Seq+1, "record does not decode: %.80q", raw)
@@ -46,7 +46,7 @@ func verifyChain(be backend) (AuditReport, error) {
 		return rep, nil
 	}
 	if !started {
-		prev = auditHead{Seq: cp.Seq, Hash: cp.Hash}
+		prev = auditHead(cp)
 	}
 	if head != prev {
 		rep.BrokenSeq = prev.Seq + 1

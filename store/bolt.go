@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -63,12 +65,54 @@ type boltBackend struct {
 	retention uint64
 }
 
-func openBolt(path string, timeout time.Duration, retention int) (*boltBackend, error) {
+// openBolt opens the database at path, creating it (atomically: built beside it, then renamed) when it
+// does not exist. An existing empty file is a truncated database, not a new one. A panic of bbolt on a
+// damaged file is returned as an error.
+func openBolt(path string, timeout time.Duration, retention int) (b *boltBackend, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, fmt.Errorf("database is corrupt: %v", r)
+		}
+	}()
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.Size() == 0:
+		return nil, errors.New("database file is empty (truncated?)")
+	case errors.Is(err, os.ErrNotExist):
+		if err := createBolt(path, timeout); err != nil {
+			return nil, fmt.Errorf("create database: %w", err)
+		}
+	case err != nil:
+		return nil, err
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, FreelistType: bolt.FreelistMapType})
 	if err != nil {
 		return nil, err
 	}
 	return &boltBackend{db: db, retention: uint64(retention)}, nil
+}
+
+// createBolt builds a new, empty format-1 database beside path and renames it into place, so a crash
+// never leaves a half-made database behind.
+func createBolt(path string, timeout time.Duration) error {
+	tmp := path + ".creating"
+	_ = os.Remove(tmp)
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: timeout})
+	if err != nil {
+		return err
+	}
+	b := &boltBackend{db: db}
+	if err := b.initialize(randomHex(8)); err != nil {
+		db.Close()
+		return err
+	}
+	if err := db.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncFile(filepath.Dir(path))
 }
 
 func (b *boltBackend) close() error { return b.db.Close() }
@@ -86,7 +130,7 @@ func seqKey(seq uint64) []byte {
 	return k[:]
 }
 
-// initialize creates the layout in a database that has no buckets at all.
+// initialize creates the layout in a new database that has no buckets at all.
 func (b *boltBackend) initialize(epoch string) error {
 	return b.db.Update(func(tx *bolt.Tx) error {
 		empty := true
@@ -156,9 +200,6 @@ func (b *boltBackend) load(rules *loadRules) (ld *loaded, err error) {
 			ld, err = nil, fmt.Errorf("database is corrupt: %v", r)
 		}
 	}()
-	if err := b.initialize(randomHex(8)); err != nil {
-		return nil, fmt.Errorf("initialize database: %w", err)
-	}
 	if err := b.migrate(); err != nil {
 		return nil, err
 	}

@@ -352,7 +352,9 @@ func (s *Store) runBatch(muts []*mutation) error {
 	}
 
 	if len(st.ops) > 0 {
+		start := time.Now()
 		if err := s.persist(st); err != nil {
+			s.opts.Observer.CommitFailed()
 			s.mu.Lock()
 			for _, d := range due {
 				s.deadlines.push(d) // they are still due; the next batch tries again
@@ -366,6 +368,7 @@ func (s *Store) runBatch(muts []*mutation) error {
 			}
 			return err
 		}
+		s.opts.Observer.Committed(len(st.ops), time.Since(start))
 		s.apply(st)
 	} else if len(due) > 0 {
 		s.mu.Lock()

@@ -36,7 +36,28 @@ type Options struct {
 	InMemory bool
 	// OpenTimeout bounds how long Open waits for the database file lock. Default: 2 s.
 	OpenTimeout time.Duration
+	// Observer receives engine events for metrics. Default: none.
+	Observer Observer
 }
+
+// Observer receives engine events, for metrics. Its methods are called on the engine's hot paths
+// (Committed from the committer, WatchClosed under the watch registry's lock): they must be cheap and
+// must not block or call back into the Store.
+type Observer interface {
+	// Committed reports one successful commit: how many changes it carried and how long the
+	// database transaction took (fsync included).
+	Committed(changes int, took time.Duration)
+	// CommitFailed reports a commit the disk refused.
+	CommitFailed()
+	// WatchClosed reports a watch closed by the server, with its reason.
+	WatchClosed(reason wire.CloseReason)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Committed(int, time.Duration) {}
+func (nopObserver) CommitFailed()                {}
+func (nopObserver) WatchClosed(wire.CloseReason) {}
 
 // DefaultAuditRetention is the default number of audit records kept.
 const DefaultAuditRetention = 8192
@@ -88,6 +109,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxBatch < 1 {
 		return o, fmt.Errorf("store: MaxBatch must be positive, got %d", o.MaxBatch)
+	}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
 	}
 	if o.OpenTimeout == 0 {
 		o.OpenTimeout = d.OpenTimeout

@@ -71,11 +71,6 @@ func validateBackup(file string, opts Options) (string, error) {
 		return "", err
 	}
 	defer b.close()
-	hasMeta := false
-	_ = b.db.View(func(tx *bolt.Tx) error { hasMeta = tx.Bucket(bucketMeta) != nil; return nil })
-	if !hasMeta {
-		return "", fmt.Errorf("no meta bucket: not a state store backup")
-	}
 	if _, err := b.load(&loadRules{bounds: opts.Bounds, schemas: reg, settings: opts.Settings}); err != nil {
 		return "", err
 	}

@@ -69,7 +69,7 @@ func Open(path string, opts Options) (*Store, error) {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
-	s.watches.init(opts.Bounds)
+	s.watches.init(opts.Bounds, opts.Observer)
 	if err := s.load(path); err != nil {
 		s.reason = err
 		s.opts.Logger.Error("state store unavailable", "path", path, "reason", err)

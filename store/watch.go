@@ -97,13 +97,15 @@ type watch struct {
 type registry struct {
 	mu           sync.Mutex
 	bounds       wire.Bounds
+	observer     Observer
 	byID         map[watchKey]*watch
 	byNS         map[string]map[*watch]struct{}
 	perPrincipal map[string]int64
 }
 
-func (r *registry) init(b wire.Bounds) {
+func (r *registry) init(b wire.Bounds, o Observer) {
 	r.bounds = b
+	r.observer = o
 	r.byID = map[watchKey]*watch{}
 	r.byNS = map[string]map[*watch]struct{}{}
 	r.perPrincipal = map[string]int64{}
@@ -156,6 +158,7 @@ func (r *registry) removeLocked(w *watch) {
 // closeLocked removes w and sends its one close message; nothing is sent on it after.
 func (r *registry) closeLocked(w *watch, reason wire.CloseReason, msg string) {
 	r.removeLocked(w)
+	r.observer.WatchClosed(reason)
 	w.sink(Message{WatchID: w.key.id, Closed: &wire.WatchClosed{WatchID: w.key.id, Kind: wire.UpdateClosed, Reason: reason, Message: msg}})
 }
 
@@ -318,7 +321,7 @@ func (s *Store) Ack(ctx context.Context, p policy.Principal, req wire.AckRequest
 	if w == nil {
 		return wire.Errorf(wire.CodeNotFound, "no live watch %q", req.WatchID)
 	}
-	seq := uint64(req.AppliedSequence)
+	seq := uint64(*req.AppliedSequence)
 	if seq < w.acked {
 		return wire.Errorf(wire.CodeInvalidArgument, "applied_sequence %d is below the earlier ack %d", seq, w.acked)
 	}

@@ -92,7 +92,7 @@ func TestWatchAckRules(t *testing.T) {
 		recv(t, ch)
 	}
 	ack := func(seq int64) error {
-		return s.Ack(ctx, admin, wire.AckRequest{WatchID: "w", AppliedSequence: seq})
+		return s.Ack(ctx, admin, wire.AckRequest{WatchID: "w", AppliedSequence: i64(seq)})
 	}
 	wantCode(t, ack(4), wire.CodeInvalidArgument) // above the highest sent
 	if err := ack(2); err != nil {
@@ -105,8 +105,8 @@ func TestWatchAckRules(t *testing.T) {
 	if err := ack(3); err != nil {
 		t.Fatal(err)
 	}
-	wantCode(t, s.Ack(ctx, admin, wire.AckRequest{WatchID: "nope", AppliedSequence: 0}), wire.CodeNotFound)
-	wantCode(t, s.Ack(ctx, bob, wire.AckRequest{WatchID: "w", AppliedSequence: 3}), wire.CodeNotFound) // watch ids are per principal
+	wantCode(t, s.Ack(ctx, admin, wire.AckRequest{WatchID: "nope", AppliedSequence: i64(0)}), wire.CodeNotFound)
+	wantCode(t, s.Ack(ctx, bob, wire.AckRequest{WatchID: "w", AppliedSequence: i64(3)}), wire.CodeNotFound) // watch ids are per principal
 }
 
 func TestWatchOverflowAndSlowWatcherDoesNotBlock(t *testing.T) {
@@ -123,7 +123,7 @@ func TestWatchOverflowAndSlowWatcherDoesNotBlock(t *testing.T) {
 		if m.Sequence != uint64(i) {
 			t.Fatalf("fast watcher got seq %d, want %d", m.Sequence, i)
 		}
-		if err := s.Ack(ctx, admin, wire.AckRequest{WatchID: "fast", AppliedSequence: int64(i)}); err != nil {
+		if err := s.Ack(ctx, admin, wire.AckRequest{WatchID: "fast", AppliedSequence: i64(int64(i))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -136,7 +136,7 @@ func TestWatchOverflowAndSlowWatcherDoesNotBlock(t *testing.T) {
 	noMessage(t, slow)
 	// A closed watch is gone: NOT_FOUND, and its id is free again.
 	wantCode(t, s.Unwatch(ctx, admin, wire.UnwatchRequest{WatchID: "slow"}), wire.CodeNotFound)
-	wantCode(t, s.Ack(ctx, admin, wire.AckRequest{WatchID: "slow", AppliedSequence: 1}), wire.CodeNotFound)
+	wantCode(t, s.Ack(ctx, admin, wire.AckRequest{WatchID: "slow", AppliedSequence: i64(1)}), wire.CodeNotFound)
 	watchT(t, s, admin, "slow", ns, "")
 }
 

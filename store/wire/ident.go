@@ -134,6 +134,11 @@ func ValidKeyPrefix(p string) bool {
 			return false
 		}
 	}
+	// A prefix that must still grow to become a key (it ends in "/", "/." or "/..") needs room to.
+	last := segs[len(segs)-1]
+	if (last == "" || last == "." || last == "..") && len(p) >= MaxKeyLen {
+		return false
+	}
 	return true
 }
 

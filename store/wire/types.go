@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"strings"
+	"sync"
 )
 
 // Op names a state operation; it is the last token of its request subject.
@@ -105,7 +108,7 @@ type UnwatchRequest struct {
 type AckRequest struct {
 	RequestID       int64  `json:"request_id"`
 	WatchID         string `json:"watch_id"`
-	AppliedSequence int64  `json:"applied_sequence"`
+	AppliedSequence *int64 `json:"applied_sequence"`
 }
 
 // InfoRequest asks for server information.
@@ -220,16 +223,70 @@ type WatchMessage struct {
 	Message       string      `json:"message,omitempty"`
 }
 
-// Decode strictly decodes one JSON object into v: unknown fields, trailing data and type mismatches
-// are INVALID_ARGUMENT.
+// Decode strictly decodes one JSON object into v, a pointer to a struct of this package: a body that is
+// not an object, a field name that is not spelled exactly as the contract spells it (names are
+// case-sensitive), a duplicate field, an unknown field, trailing data and type mismatches are all
+// INVALID_ARGUMENT.
 func Decode(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
+	trimmed := bytes.Trim(data, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return Errorf(CodeInvalidArgument, "malformed request: not a JSON object")
+	}
+	if err := checkFieldNames(trimmed, reflect.TypeOf(v).Elem()); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return Errorf(CodeInvalidArgument, "malformed request: %v", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return Errorf(CodeInvalidArgument, "malformed request: trailing data")
+	}
+	return nil
+}
+
+var fieldNameCache sync.Map // reflect.Type -> map[string]bool
+
+// checkFieldNames rejects top-level names that are not exactly a json tag of t, and duplicates.
+func checkFieldNames(obj []byte, t reflect.Type) error {
+	var names map[string]bool
+	if c, ok := fieldNameCache.Load(t); ok {
+		names = c.(map[string]bool)
+	} else {
+		names = map[string]bool{}
+		if t.Kind() == reflect.Struct {
+			for i := range t.NumField() {
+				if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+					names[name] = true
+				}
+			}
+		}
+		fieldNameCache.Store(t, names)
+	}
+	var fields map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if _, err := dec.Token(); err != nil { // '{'
+		return Errorf(CodeInvalidArgument, "malformed request: %v", err)
+	}
+	fields = map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return Errorf(CodeInvalidArgument, "malformed request: %v", err)
+		}
+		name, _ := tok.(string)
+		if !names[name] {
+			return Errorf(CodeInvalidArgument, "unknown field %q", name)
+		}
+		if _, dup := fields[name]; dup {
+			return Errorf(CodeInvalidArgument, "duplicate field %q", name)
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return Errorf(CodeInvalidArgument, "malformed request: %v", err)
+		}
+		fields[name] = raw
 	}
 	return nil
 }
@@ -249,7 +306,7 @@ func RequestIDOf(data []byte) int64 {
 // CompactDocument checks that raw is one JSON object and returns its compact encoding, whose length is
 // the document's size.
 func CompactDocument(raw json.RawMessage) ([]byte, error) {
-	trimmed := bytes.TrimSpace(raw)
+	trimmed := bytes.Trim(raw, " \t\r\n") // JSON whitespace only
 	if len(trimmed) == 0 || string(trimmed) == "null" {
 		return nil, Errorf(CodeInvalidArgument, "document is required")
 	}
@@ -429,7 +486,10 @@ func (r *AckRequest) Validate() error {
 	if !ValidWatchID(r.WatchID) {
 		return Errorf(CodeInvalidArgument, "invalid watch_id %q", r.WatchID)
 	}
-	if r.AppliedSequence < 0 || r.AppliedSequence > MaxSafeInteger {
+	if r.AppliedSequence == nil {
+		return Errorf(CodeInvalidArgument, "applied_sequence is required")
+	}
+	if *r.AppliedSequence < 0 || *r.AppliedSequence > MaxSafeInteger {
 		return Errorf(CodeInvalidArgument, "applied_sequence must be between 0 and 2^53-1")
 	}
 	return nil

@@ -1,0 +1,119 @@
+// Package natsserver runs an embedded nats-server in-process, for stated's default mode and for tests
+// that need a real NATS server without a separate binary.
+package natsserver
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// User is a NATS user of the embedded server: a password user (Password may be plain text or a bcrypt
+// hash starting with "$2") or, when Nkey is set, an nkey user.
+type User struct {
+	Name        string
+	Password    string
+	Nkey        string
+	Permissions *server.Permissions
+}
+
+// Options configure the embedded server.
+type Options struct {
+	// Listen is host:port; port 0 picks a free port. Default "127.0.0.1:4222".
+	Listen string
+	// Users, when not empty, turns authorization on: only these users can connect. When empty the
+	// server takes connections without credentials.
+	Users []User
+	// ServerName names the server. Default "stated".
+	ServerName string
+	// ReadyTimeout bounds the wait for the server to accept connections. Default 10 s.
+	ReadyTimeout time.Duration
+}
+
+// Server is a running embedded server.
+type Server struct {
+	*server.Server
+	opts *server.Options
+}
+
+// Start starts the server and waits until it accepts connections.
+func Start(o Options) (*Server, error) {
+	opts, err := serverOptions(o)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := server.NewServer(opts.Clone())
+	if err != nil {
+		return nil, fmt.Errorf("natsserver: %w", err)
+	}
+	go ns.Start()
+	timeout := o.ReadyTimeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	if !ns.ReadyForConnections(timeout) {
+		ns.Shutdown()
+		return nil, errors.New("natsserver: not ready for connections (is the port in use?)")
+	}
+	return &Server{Server: ns, opts: opts}, nil
+}
+
+func serverOptions(o Options) (*server.Options, error) {
+	listen := o.Listen
+	if listen == "" {
+		listen = "127.0.0.1:4222"
+	}
+	host, portStr, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("natsserver: listen %q: %w", listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("natsserver: listen %q: bad port", listen)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	name := o.ServerName
+	if name == "" {
+		name = "stated"
+	}
+	opts := &server.Options{
+		ServerName: name,
+		Host:       host,
+		Port:       port,
+		NoLog:      true,
+		NoSigs:     true,
+		MaxPayload: 1 << 20,
+	}
+	applyUsers(opts, o.Users)
+	return opts, nil
+}
+
+func applyUsers(opts *server.Options, users []User) {
+	opts.Users, opts.Nkeys = nil, nil
+	for _, u := range users {
+		if u.Nkey != "" {
+			opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: u.Nkey, Permissions: u.Permissions})
+			continue
+		}
+		opts.Users = append(opts.Users, &server.User{Username: u.Name, Password: u.Password, Permissions: u.Permissions})
+	}
+}
+
+// Reload replaces the users of the running server: unchanged users keep their connections, changed users
+// keep them with the new permissions, removed users are disconnected.
+func (s *Server) Reload(users []User) error {
+	opts := s.opts.Clone()
+	applyUsers(opts, users)
+	opts.Port = s.Addr().(*net.TCPAddr).Port // keep the port a RANDOM_PORT start picked
+	if err := s.ReloadOptions(opts); err != nil {
+		return err
+	}
+	s.opts = opts
+	return nil
+}

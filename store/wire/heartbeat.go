@@ -1,0 +1,77 @@
+package wire
+
+// Worker statuses of SPEC section 11.
+const (
+	StatusStarting = "starting"
+	StatusReady    = "ready"
+	StatusDraining = "draining"
+	StatusStopping = "stopping"
+)
+
+// Heartbeat bounds of SPEC section 11.
+const (
+	MinHeartbeatIntervalMs     = 100
+	MaxHeartbeatIntervalMs     = 60000
+	DefaultHeartbeatIntervalMs = 1000
+)
+
+// Heartbeat is what a worker publishes on its heartbeat subject.
+type Heartbeat struct {
+	WorkerID   string   `json:"worker_id"`
+	Service    string   `json:"service"`
+	Sequence   int64    `json:"sequence"`
+	SentAtMs   int64    `json:"sent_at_ms"`
+	IntervalMs int64    `json:"interval_ms"`
+	Status     string   `json:"status"`
+	Leases     []string `json:"leases"`
+}
+
+// Validate checks the rules of SPEC section 11; IntervalMs 0 means the default.
+func (h *Heartbeat) Validate() error {
+	if !ValidWatchID(h.WorkerID) {
+		return Errorf(CodeInvalidArgument, "invalid worker_id %q", h.WorkerID)
+	}
+	if !ValidPrincipalID(h.Service) {
+		return Errorf(CodeInvalidArgument, "invalid service %q", h.Service)
+	}
+	if h.Sequence < 0 || h.SentAtMs < 0 {
+		return Errorf(CodeInvalidArgument, "sequence and sent_at_ms must not be negative")
+	}
+	if h.IntervalMs != 0 && (h.IntervalMs < MinHeartbeatIntervalMs || h.IntervalMs > MaxHeartbeatIntervalMs) {
+		return Errorf(CodeInvalidArgument, "interval_ms %d is outside 100 to 60000", h.IntervalMs)
+	}
+	switch h.Status {
+	case StatusStarting, StatusReady, StatusDraining, StatusStopping:
+	default:
+		return Errorf(CodeInvalidArgument, "invalid status %q", h.Status)
+	}
+	for _, l := range h.Leases {
+		if !ValidKey(l) {
+			return Errorf(CodeInvalidArgument, "invalid lease key %q", l)
+		}
+	}
+	return nil
+}
+
+// EffectiveInterval is IntervalMs, or the default when it is 0.
+func (h *Heartbeat) EffectiveInterval() int64 {
+	if h.IntervalMs == 0 {
+		return DefaultHeartbeatIntervalMs
+	}
+	return h.IntervalMs
+}
+
+// WorkerStatus is the document of a keeppeek.worker-status.v1 entry, kept by the server at
+// system/workers/<principal>/<worker_id>.
+type WorkerStatus struct {
+	WorkerID    string   `json:"worker_id"`
+	Service     string   `json:"service"`
+	Principal   string   `json:"principal"`
+	Status      string   `json:"status"`
+	IntervalMs  int64    `json:"interval_ms"`
+	Leases      []string `json:"leases"`
+	FirstSeenMs int64    `json:"first_seen_ms"`
+}
+
+// WorkerKey is the system key of a worker's status entry.
+func WorkerKey(principal, workerID string) string { return "workers/" + principal + "/" + workerID }
