@@ -518,32 +518,6 @@ func assertNoTempFiles(t *testing.T, dir string, want ...string) {
 	}
 }
 
-// TestSaveFailureReadOnlyDir: the temporary file cannot be created, so Save fails
-// and the file stays byte-identical. Root ignores directory permissions, so this
-// case needs an unprivileged user; TestSaveFailureParentIsFile and
-// TestSaveFailureAtRename cover the same guarantee under root.
-func TestSaveFailureReadOnlyDir(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("running as root: directory permissions do not stop writes")
-	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "stated.toml")
-	writeFile(t, path, otherContent, 0o600)
-	if err := os.Chmod(dir, 0o500); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.Chmod(dir, 0o700) })
-	if err := Open(path).Save("service/mqtt-bridge", sampleState()); err == nil {
-		t.Fatal("Save into a read-only directory succeeded")
-	}
-	if got := readFile(t, path); string(got) != otherContent {
-		t.Fatalf("file changed by failed Save:\n%s", got)
-	}
-	assertNoTempFiles(t, dir, "stated.toml")
-}
-
-// TestSaveFailureParentIsFile: the path's parent is a regular file, so no
-// temporary file can be created (even as root); the parent stays byte-identical.
 func TestSaveFailureParentIsFile(t *testing.T) {
 	dir := t.TempDir()
 	parent := filepath.Join(dir, "notadir")
@@ -596,7 +570,7 @@ func TestSaveFollowsSymlink(t *testing.T) {
 	link := filepath.Join(dir, "link.toml")
 	writeFile(t, realPath, "data_dir = \"./x\"\n", 0o644)
 	if err := os.Symlink("realPath.toml", link); err != nil {
-		t.Skip("symlinks not available:", err)
+		t.Fatalf("symlink: %v", err)
 	}
 	f := Open(link)
 	if err := f.Save("service/a", State{Revision: 2}); err != nil {
