@@ -1,0 +1,107 @@
+// Package testenv starts a complete in-process state service for tests: an embedded NATS server on a
+// free loopback port (no authentication), the store engine on bbolt in a temporary directory, and the
+// state server over them. Tests of store/client and the SDK use it; end-to-end tests of the stated
+// binary do not.
+package testenv
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/internal/natsserver"
+	"github.com/keeppeek/coordination/store"
+	"github.com/keeppeek/coordination/store/policy"
+	"github.com/keeppeek/coordination/store/server"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// Options configure an Env.
+type Options struct {
+	// Principals the server answers. Default: admin "coordinator", users "alice" and "bob".
+	Principals []policy.Principal
+	// Bounds, when set, replace the default bounds.
+	Bounds *wire.Bounds
+	// DataDir holds state-store.db. Default: t.TempDir().
+	DataDir string
+}
+
+// Env is a running state service.
+type Env struct {
+	URL    string
+	Store  *store.Store
+	Server *server.Server
+	NATS   *natsserver.Server
+	conn   *nats.Conn
+}
+
+// DefaultPrincipals are the principals of an Env started without any.
+var DefaultPrincipals = []policy.Principal{{ID: "coordinator", Admin: true}, {ID: "alice"}, {ID: "bob"}}
+
+// Start starts the service and registers its shutdown with t.Cleanup.
+func Start(t testing.TB, o Options) *Env {
+	t.Helper()
+	if o.Principals == nil {
+		o.Principals = DefaultPrincipals
+	}
+	if o.DataDir == "" {
+		o.DataDir = t.TempDir()
+	}
+	ns, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatalf("testenv: nats: %v", err)
+	}
+	opts := store.DefaultOptions()
+	if o.Bounds != nil {
+		opts.Bounds = *o.Bounds
+	}
+	st, err := store.Open(filepath.Join(o.DataDir, "state-store.db"), opts)
+	if err != nil {
+		ns.Shutdown()
+		t.Fatalf("testenv: store: %v", err)
+	}
+	nc, err := nats.Connect(ns.ClientURL(), nats.Name("stated"))
+	if err != nil {
+		st.Close()
+		ns.Shutdown()
+		t.Fatalf("testenv: connect: %v", err)
+	}
+	srv, err := server.New(st, nc, server.Options{Principals: o.Principals})
+	if err == nil {
+		err = srv.Start()
+	}
+	if err != nil {
+		nc.Close()
+		st.Close()
+		ns.Shutdown()
+		t.Fatalf("testenv: server: %v", err)
+	}
+	e := &Env{URL: ns.ClientURL(), Store: st, Server: srv, NATS: ns, conn: nc}
+	t.Cleanup(e.stop)
+	return e
+}
+
+func (e *Env) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = e.Server.Stop(ctx)
+	e.conn.Close()
+	e.NATS.Shutdown()
+	e.NATS.WaitForShutdown()
+}
+
+// Connect opens a connection for principal with the inbox prefix its permissions require, closed at
+// cleanup.
+func (e *Env) Connect(t testing.TB, principal string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(e.URL, nats.CustomInboxPrefix(wire.InboxPrefix(principal)), nats.Name(principal),
+		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("testenv: connect %s: %v", principal, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}

@@ -1,0 +1,91 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/store/policy"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// serverPrincipal reads the system namespace on the server's own behalf.
+var serverPrincipal = policy.Principal{ID: "stated", Admin: true}
+
+// onHeartbeat keeps system/workers/<principal>/<worker_id> (SPEC section 11): a put for a worker's
+// first heartbeat and whenever status, leases, service or interval change; otherwise a keepalive that
+// only pushes the deadline. Heartbeats that do not parse or break a rule are dropped and counted.
+func (s *Server) onHeartbeat(msg *nats.Msg) {
+	s.inflight.Add(1)
+	go func() {
+		defer s.inflight.Done()
+		outcome := "accepted"
+		if err := s.heartbeat(msg); err != nil {
+			outcome = "dropped"
+			s.opts.Logger.Debug("heartbeat dropped", "subject", msg.Subject, "err", err)
+		}
+		if m := s.opts.Metrics; m != nil {
+			m.Heartbeats.WithLabelValues(outcome).Inc()
+		}
+	}()
+}
+
+func (s *Server) heartbeat(msg *nats.Msg) error {
+	toks, err := wire.SubjectTokens(msg.Subject, s.opts.Prefix, "heartbeat.v1", 2)
+	if err != nil {
+		return err
+	}
+	principal, workerID := toks[0], toks[1]
+	if _, ok := s.Principal(principal); !ok {
+		return errors.New("unknown principal")
+	}
+	var hb wire.Heartbeat
+	if err := wire.Decode(msg.Data, &hb); err != nil {
+		return err
+	}
+	if err := hb.Validate(); err != nil {
+		return err
+	}
+	if hb.WorkerID != workerID {
+		return errors.New("worker_id differs from the subject's")
+	}
+	interval := hb.EffectiveInterval()
+	leases := hb.Leases
+	if leases == nil {
+		leases = []string{}
+	}
+	key := wire.WorkerKey(principal, workerID)
+	ctx, cancel := context.WithTimeout(s.ctx, s.opts.RequestTimeout)
+	defer cancel()
+	want := wire.WorkerStatus{WorkerID: workerID, Service: hb.Service, Principal: principal, Status: hb.Status,
+		IntervalMs: interval, Leases: leases}
+	cur, err := s.st.Get(ctx, serverPrincipal, wire.GetRequest{Namespace: string(wire.KindSystem), Key: key})
+	switch {
+	case err == nil:
+		var have wire.WorkerStatus
+		if json.Unmarshal(cur.Document, &have) == nil && have.Status == want.Status && have.Service == want.Service &&
+			have.IntervalMs == want.IntervalMs && slices.Equal(have.Leases, want.Leases) {
+			_, err = s.st.TouchSystem(ctx, key)
+			if !errors.Is(err, wire.ErrNotFound) {
+				return err
+			}
+			// It expired between the read and the keepalive: start it over.
+		} else {
+			want.FirstSeenMs = have.FirstSeenMs
+		}
+	case !errors.Is(err, wire.ErrNotFound):
+		return err
+	}
+	if want.FirstSeenMs == 0 {
+		want.FirstSeenMs = time.Now().UnixMilli()
+	}
+	doc, _ := json.Marshal(want)
+	ttl := max(3*interval, 1000)
+	_, err = s.st.PutSystem(ctx, principal, wire.PutRequest{Namespace: string(wire.KindSystem), Key: key,
+		Schema: wire.WorkerStatusSchema, Document: doc, TTLMs: &ttl})
+	return err
+}

@@ -1,0 +1,352 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/keeppeek/coordination/store"
+	"github.com/keeppeek/coordination/store/policy"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// ServiceName is the micro service name of the state API.
+const ServiceName = "keeppeek-state"
+
+// Options configure a Server.
+type Options struct {
+	// Prefix is the subject prefix. Default wire.DefaultPrefix ("kp").
+	Prefix string
+	// Principals are the principals the server answers; requests under any other principal token
+	// are PERMISSION_DENIED.
+	Principals []policy.Principal
+	// Version is the micro service version (semver). Default "0.1.0".
+	Version string
+	// Logger receives the server's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Metrics, when set, is updated by the server.
+	Metrics *Metrics
+	// RequestTimeout bounds how long one request may wait on the engine. Default 30 s.
+	RequestTimeout time.Duration
+}
+
+// Server serves one store over one NATS connection.
+type Server struct {
+	st   *store.Store
+	nc   *nats.Conn
+	opts Options
+
+	mu         sync.RWMutex
+	principals map[string]policy.Principal
+
+	svc      micro.Service
+	hbSub    *nats.Subscription
+	inflight sync.WaitGroup
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stopOnce sync.Once
+}
+
+// New makes a Server; Start begins serving.
+func New(st *store.Store, nc *nats.Conn, opts Options) (*Server, error) {
+	if opts.Prefix == "" {
+		opts.Prefix = wire.DefaultPrefix
+	}
+	if !wire.ValidPrefix(opts.Prefix) {
+		return nil, fmt.Errorf("server: invalid subject prefix %q", opts.Prefix)
+	}
+	if opts.Version == "" {
+		opts.Version = "0.1.0"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.RequestTimeout == 0 {
+		opts.RequestTimeout = 30 * time.Second
+	}
+	s := &Server{st: st, nc: nc, opts: opts}
+	if err := s.setPrincipals(opts.Principals); err != nil {
+		return nil, err
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+func (s *Server) setPrincipals(ps []policy.Principal) error {
+	m := make(map[string]policy.Principal, len(ps))
+	for _, p := range ps {
+		if err := p.Validate(); err != nil {
+			return err
+		}
+		if _, dup := m[p.ID]; dup {
+			return fmt.Errorf("server: principal %q is configured twice", p.ID)
+		}
+		m[p.ID] = p
+	}
+	s.mu.Lock()
+	s.principals = m
+	s.mu.Unlock()
+	return nil
+}
+
+// SetPrincipals replaces the principals (a reload). Watches of a principal that lost read permission,
+// or was removed, are closed with UNAUTHORIZED before it returns.
+func (s *Server) SetPrincipals(ps []policy.Principal) error {
+	if err := s.setPrincipals(ps); err != nil {
+		return err
+	}
+	s.st.ReloadPrincipals(s.Principal)
+	return nil
+}
+
+// Principal returns the configured principal with id.
+func (s *Server) Principal(id string) (policy.Principal, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	p, ok := s.principals[id]
+	return p, ok
+}
+
+// Start registers the micro service and the heartbeat subscription.
+func (s *Server) Start() error {
+	svc, err := micro.AddService(s.nc, micro.Config{
+		Name:        ServiceName,
+		Version:     s.opts.Version,
+		Description: "keeppeek coordination plane state store",
+	})
+	if err != nil {
+		return fmt.Errorf("server: add service: %w", err)
+	}
+	for _, op := range wire.Ops {
+		subject := s.opts.Prefix + ".state.v1.*." + string(op)
+		if err := svc.AddEndpoint(string(op), s.handler(op), micro.WithEndpointSubject(subject)); err != nil {
+			_ = svc.Stop()
+			return fmt.Errorf("server: endpoint %s: %w", op, err)
+		}
+	}
+	sub, err := s.nc.Subscribe(s.opts.Prefix+".heartbeat.v1.*.*", s.onHeartbeat)
+	if err != nil {
+		_ = svc.Stop()
+		return fmt.Errorf("server: heartbeat subscription: %w", err)
+	}
+	s.svc, s.hbSub = svc, sub
+	return s.nc.Flush()
+}
+
+// Stop stops taking requests and heartbeats, waits for the requests in flight (until ctx ends), then
+// closes the store, which finishes queued commits and closes every watch with SHUTDOWN, and flushes
+// the close messages to NATS.
+func (s *Server) Stop(ctx context.Context) error {
+	var err error
+	s.stopOnce.Do(func() {
+		if s.svc != nil {
+			err = errors.Join(err, s.svc.Stop())
+		}
+		if s.hbSub != nil {
+			err = errors.Join(err, s.hbSub.Unsubscribe())
+		}
+		done := make(chan struct{})
+		go func() { s.inflight.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = errors.Join(err, fmt.Errorf("server: requests still in flight: %w", ctx.Err()))
+		}
+		s.cancel()
+		err = errors.Join(err, s.st.Close())
+		if !s.nc.IsClosed() {
+			err = errors.Join(err, s.nc.FlushWithContext(ctx))
+		}
+	})
+	return err
+}
+
+// handler returns the micro handler of op. Mutations and watches run on their own goroutine so that
+// concurrent writers share group commits; reads, acks and unwatches are answered inline, in order.
+func (s *Server) handler(op wire.Op) micro.HandlerFunc {
+	return func(req micro.Request) {
+		switch op {
+		case wire.OpPut, wire.OpDelete, wire.OpWatch:
+			s.inflight.Add(1)
+			go func() {
+				defer s.inflight.Done()
+				s.serve(op, req)
+			}()
+		default:
+			s.serve(op, req)
+		}
+	}
+}
+
+func (s *Server) serve(op wire.Op, req micro.Request) {
+	start := time.Now()
+	id, res, after := s.dispatch(op, req)
+	res.RequestID = id
+	body, err := json.Marshal(res)
+	if err != nil {
+		body, _ = json.Marshal(wire.ErrorResult(id, wire.Errorf(wire.CodeStorage, "encode reply: %v", err)))
+	}
+	respErr := req.Respond(body)
+	if after != nil {
+		after(respErr)
+	}
+	if m := s.opts.Metrics; m != nil {
+		code := "OK"
+		if res.Error != nil {
+			code = string(res.Error.Code)
+		}
+		m.observeRequest(string(op), code, time.Since(start))
+	}
+}
+
+// dispatch runs one request. after, when not nil, runs once the reply was sent (or failed to be).
+func (s *Server) dispatch(op wire.Op, req micro.Request) (int64, wire.Result, func(error)) {
+	data := req.Data()
+	toks, err := wire.SubjectTokens(req.Subject(), s.opts.Prefix, "state.v1", 2)
+	if err != nil {
+		return wire.RequestIDOf(data), wire.ErrorResult(wire.RequestIDOf(data), wire.Errorf(wire.CodeInvalidArgument, "%v", err)), nil
+	}
+	p, ok := s.Principal(toks[0])
+	if !ok {
+		id := wire.RequestIDOf(data)
+		return id, wire.ErrorResult(id, wire.Errorf(wire.CodePermissionDenied, "unknown principal %q", toks[0])), nil
+	}
+	if op == wire.OpInfo && len(data) == 0 {
+		data = []byte("{}")
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.opts.RequestTimeout)
+	defer cancel()
+	fail := func(id int64, err error) (int64, wire.Result, func(error)) {
+		return id, wire.ErrorResult(id, err), nil
+	}
+	switch op {
+	case wire.OpGet:
+		var r wire.GetRequest
+		if err := wire.Decode(data, &r); err != nil {
+			return fail(wire.RequestIDOf(data), err)
+		}
+		e, err := s.st.Get(ctx, p, r)
+		if err != nil {
+			return fail(r.RequestID, err)
+		}
+		return r.RequestID, wire.Result{OK: true, Entry: &e}, nil
+	case wire.OpPut:
+		var r wire.PutRequest
+		if err := wire.Decode(data, &r); err != nil {
+			return fail(wire.RequestIDOf(data), err)
+		}
+		e, err := s.st.Put(ctx, p, r)
+		if err != nil {
+			return fail(r.RequestID, err)
+		}
+		return r.RequestID, wire.Result{OK: true, Entry: &e}, nil
+	case wire.OpDelete:
+		var r wire.DeleteRequest
+		if err := wire.Decode(data, &r); err != nil {
+			return fail(wire.RequestIDOf(data), err)
+		}
+		rev, err := s.st.Delete(ctx, p, r)
+		if err != nil {
+			return fail(r.RequestID, err)
+		}
+		return r.RequestID, wire.Result{OK: true, Revision: &rev}, nil
+	case wire.OpList:
+		var r wire.ListRequest
+		if err := wire.Decode(data, &r); err != nil {
+			return fail(wire.RequestIDOf(data), err)
+		}
+		l, err := s.st.List(ctx, p, r)
+		if err != nil {
+			return fail(r.RequestID, err)
+		}
+		return r.RequestID, wire.Result{OK: true, Entries: l.Entries, NextAfterKey: l.NextAfterKey, Revision: &l.Revision}, nil
+	case wire.OpWatch:
+		var r wire.WatchRequest
+		if err := wire.Decode(data, &r); err != nil {
+			return fail(wire.RequestIDOf(data), err)
+		}
+		return s.watch(ctx, p, r)
+	case wire.OpUnwatch:
+		var r wire.UnwatchRequest
+		if err := wire.Decode(data, &r); err != nil {
+			return fail(wire.RequestIDOf(data), err)
+		}
+		if err := s.st.Unwatch(ctx, p, r); err != nil {
+			return fail(r.RequestID, err)
+		}
+		return r.RequestID, wire.Result{OK: true, WatchID: r.WatchID}, nil
+	case wire.OpAck:
+		var r wire.AckRequest
+		if err := wire.Decode(data, &r); err != nil {
+			return fail(wire.RequestIDOf(data), err)
+		}
+		if err := s.st.Ack(ctx, p, r); err != nil {
+			return fail(r.RequestID, err)
+		}
+		seq := uint64(*r.AppliedSequence)
+		return r.RequestID, wire.Result{OK: true, WatchID: r.WatchID, AppliedSequence: &seq}, nil
+	case wire.OpInfo:
+		var r wire.InfoRequest
+		if err := wire.Decode(data, &r); err != nil {
+			return fail(wire.RequestIDOf(data), err)
+		}
+		info := s.st.Info()
+		return r.RequestID, wire.Result{OK: true, ServerID: info.ServerID, Version: info.Version, Epoch: info.Epoch,
+			Features: info.Features, Bounds: &info.Bounds}, nil
+	}
+	return fail(wire.RequestIDOf(data), wire.Errorf(wire.CodeInvalidArgument, "unknown op %q", op))
+}
+
+// watch registers the watch with a sink that holds its updates until the snapshot reply is sent, so a
+// client sees the snapshot first. If the reply cannot be sent the watch closes with SNAPSHOT_FAILED.
+func (s *Server) watch(ctx context.Context, p policy.Principal, r wire.WatchRequest) (int64, wire.Result, func(error)) {
+	subject := wire.WatchSubject(s.opts.Prefix, p.ID, r.WatchID)
+	g := &gate{nc: s.nc, subject: subject}
+	ws, err := s.st.Watch(ctx, p, r, g.sink)
+	if err != nil {
+		return r.RequestID, wire.ErrorResult(r.RequestID, err), nil
+	}
+	after := func(respErr error) {
+		if respErr != nil {
+			s.st.CloseWatch(p, r.WatchID, wire.CloseSnapshotFailed, "the snapshot reply could not be delivered: "+respErr.Error())
+		}
+		g.open()
+	}
+	return r.RequestID, wire.Result{OK: true, Watch: ws}, after
+}
+
+// gate publishes a watch's messages, holding them until the snapshot reply has gone out.
+type gate struct {
+	nc      *nats.Conn
+	subject string
+	mu      sync.Mutex
+	opened  bool
+	held    [][]byte
+}
+
+func (g *gate) sink(m store.Message) {
+	b := m.JSON()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.opened {
+		g.held = append(g.held, b)
+		return
+	}
+	_ = g.nc.Publish(g.subject, b) // buffered; a lost connection is seen by the client as a gap
+}
+
+func (g *gate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, b := range g.held {
+		_ = g.nc.Publish(g.subject, b)
+	}
+	g.held, g.opened = nil, true
+}

@@ -1,0 +1,181 @@
+package server_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/keeppeek/coordination/internal/testenv"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const timeout = 10 * time.Second
+
+func request(t *testing.T, nc *nats.Conn, principal string, op wire.Op, body string) wire.Result {
+	t.Helper()
+	msg, err := nc.Request(wire.StateSubject(wire.DefaultPrefix, principal, op), []byte(body), timeout)
+	if err != nil {
+		t.Fatalf("%s %s: %v", op, body, err)
+	}
+	var r wire.Result
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		t.Fatalf("reply %s: %v", msg.Data, err)
+	}
+	return r
+}
+
+func wantErr(t *testing.T, r wire.Result, code wire.Code) {
+	t.Helper()
+	if r.OK || r.Error == nil || r.Error.Code != code {
+		t.Fatalf("want %s, got %+v", code, r)
+	}
+}
+
+const lease = `{"holder":"w1","claimed_at_ms":1}`
+
+func TestRequestsOverNATS(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	nc := env.Connect(t, "coordinator")
+	r := request(t, nc, "coordinator", wire.OpPut, `{"request_id":7,"namespace":"service/tx","key":"leases/a","schema":"keeppeek.lease.v1","document":`+lease+`}`)
+	if !r.OK || r.RequestID != 7 || r.Entry == nil || r.Entry.Revision != 1 || r.Entry.Owner != "coordinator" {
+		t.Fatalf("put reply %+v", r)
+	}
+	r = request(t, nc, "coordinator", wire.OpGet, `{"request_id":8,"namespace":"service/tx","key":"leases/a"}`)
+	if !r.OK || r.RequestID != 8 || string(r.Entry.Document) != lease {
+		t.Fatalf("get reply %+v", r)
+	}
+	r = request(t, nc, "coordinator", wire.OpPut, `{"request_id":9,"namespace":"service/tx","key":"leases/a","schema":"keeppeek.lease.v1","document":`+lease+`,"expected_revision":0}`)
+	wantErr(t, r, wire.CodeConflict)
+	if r.Error.CurrentRevision == nil || *r.Error.CurrentRevision != 1 || r.RequestID != 9 {
+		t.Fatalf("conflict reply %+v", r)
+	}
+	wantErr(t, request(t, nc, "coordinator", wire.OpGet, `not json`), wire.CodeInvalidArgument)
+	if r := request(t, nc, "coordinator", wire.OpGet, `not json`); r.RequestID != 0 {
+		t.Fatalf("non-JSON request_id %d", r.RequestID)
+	}
+	wantErr(t, request(t, nc, "coordinator", wire.OpPut, `{"request_id":3,"namespace":"service/tx","key":"k","schema":"keeppeek.lease.v1","document":`+lease+`,"owner":"alice"}`), wire.CodeInvalidArgument)
+	// The principal is the subject token: alice may not write service/.
+	alice := env.Connect(t, "alice")
+	wantErr(t, request(t, alice, "alice", wire.OpPut, `{"namespace":"service/tx","key":"k","schema":"keeppeek.lease.v1","document":`+lease+`}`), wire.CodePermissionDenied)
+	wantErr(t, request(t, alice, "mallory", wire.OpGet, `{"namespace":"user/mallory","key":"k"}`), wire.CodePermissionDenied)
+	r = request(t, nc, "coordinator", wire.OpList, `{"namespace":"service/none"}`)
+	if !r.OK || r.Revision == nil || *r.Revision != 0 || r.Entries == nil {
+		t.Fatalf("list of an empty namespace %+v", r)
+	}
+	info := request(t, alice, "alice", wire.OpInfo, ``)
+	if !info.OK || len(info.Features) != 1 || info.Features[0] != wire.FeatureStateStore || info.Bounds == nil || info.Epoch == "" {
+		t.Fatalf("info %+v", info)
+	}
+}
+
+func TestMicroServiceDiscoverable(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	nc := env.Connect(t, "coordinator")
+	msg, err := nc.Request("$SRV.INFO.keeppeek-state", nil, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Name      string `json:"name"`
+		Endpoints []struct {
+			Name    string `json:"name"`
+			Subject string `json:"subject"`
+		} `json:"endpoints"`
+	}
+	if err := json.Unmarshal(msg.Data, &info); err != nil || info.Name != "keeppeek-state" || len(info.Endpoints) != len(wire.Ops) {
+		t.Fatalf("service info %s: %v", msg.Data, err)
+	}
+}
+
+func TestWatchDeliverySnapshotFirst(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	nc := env.Connect(t, "coordinator")
+	sub, err := nc.SubscribeSync(wire.WatchSubject(wire.DefaultPrefix, "coordinator", "w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := request(t, nc, "coordinator", wire.OpWatch, `{"request_id":1,"watch_id":"w1","namespace":"service/tx","key_prefix":"leases/"}`)
+	if !r.OK || r.Watch == nil || r.Watch.SnapshotRevision != 0 || r.Watch.Entries == nil {
+		t.Fatalf("watch reply %+v", r)
+	}
+	for i := 1; i <= 3; i++ {
+		request(t, nc, "coordinator", wire.OpPut, fmt.Sprintf(`{"namespace":"service/tx","key":"leases/%d","schema":"keeppeek.lease.v1","document":%s}`, i, lease))
+	}
+	for i := 1; i <= 3; i++ {
+		m, err := sub.NextMsg(timeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var u wire.WatchMessage
+		if err := json.Unmarshal(m.Data, &u); err != nil || u.WatchSequence != uint64(i) || u.Kind != wire.UpdatePut || u.Entry == nil {
+			t.Fatalf("update %d: %s", i, m.Data)
+		}
+	}
+	r = request(t, nc, "coordinator", wire.OpAck, `{"watch_id":"w1","applied_sequence":3}`)
+	if !r.OK || r.AppliedSequence == nil || *r.AppliedSequence != 3 {
+		t.Fatalf("ack %+v", r)
+	}
+	wantErr(t, request(t, nc, "coordinator", wire.OpAck, `{"watch_id":"w1","applied_sequence":4}`), wire.CodeInvalidArgument)
+	if r := request(t, nc, "coordinator", wire.OpUnwatch, `{"watch_id":"w1"}`); !r.OK || r.WatchID != "w1" {
+		t.Fatalf("unwatch %+v", r)
+	}
+}
+
+func TestHeartbeatsBecomeWorkerEntries(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	nc := env.Connect(t, "coordinator")
+	alice := env.Connect(t, "alice")
+	sub, _ := nc.SubscribeSync(wire.WatchSubject(wire.DefaultPrefix, "coordinator", "workers"))
+	r := request(t, nc, "coordinator", wire.OpWatch, `{"watch_id":"workers","namespace":"system","key_prefix":"workers/"}`)
+	if !r.OK {
+		t.Fatalf("watch %+v", r)
+	}
+	next := func() wire.WatchMessage {
+		t.Helper()
+		m, err := sub.NextMsg(timeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var u wire.WatchMessage
+		if err := json.Unmarshal(m.Data, &u); err != nil {
+			t.Fatal(err)
+		}
+		request(t, nc, "coordinator", wire.OpAck, fmt.Sprintf(`{"watch_id":"workers","applied_sequence":%d}`, u.WatchSequence))
+		return u
+	}
+	hb := func(seq int, status string, worker string) {
+		body := fmt.Sprintf(`{"worker_id":"w1","service":"transcoder-a","sequence":%d,"sent_at_ms":1,"interval_ms":400,"status":%q,"leases":["leases/a"]}`, seq, status)
+		if err := alice.Publish(wire.HeartbeatSubject(wire.DefaultPrefix, "alice", worker), []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hb(1, "starting", "w1")
+	u := next()
+	if u.Kind != wire.UpdatePut || u.Key != "workers/alice/w1" || u.Entry.Owner != "alice" || u.Entry.TTLMs != 1200 {
+		t.Fatalf("first heartbeat %+v", u)
+	}
+	first := u.Entry
+	hb(2, "starting", "w1")           // unchanged: a keepalive, no update
+	hb(3, "starting", "other-worker") // body worker_id differs from the subject's: dropped
+	hb(4, "ready", "w1")              // changed: a put
+	u = next()
+	var doc wire.WorkerStatus
+	if err := json.Unmarshal(u.Entry.Document, &doc); err != nil || u.Kind != wire.UpdatePut || doc.Status != "ready" ||
+		doc.FirstSeenMs == 0 || u.Revision != first.Revision+1 || u.WatchSequence != 2 {
+		t.Fatalf("changed heartbeat %+v %+v", u, doc)
+	}
+	// The worker stops: its entry expires as one EXPIRE.
+	u = next()
+	if u.Kind != wire.UpdateExpire || u.Key != "workers/alice/w1" || u.Revision != first.Revision+2 {
+		t.Fatalf("after the worker stopped %+v", u)
+	}
+	if _, err := sub.NextMsg(50 * time.Millisecond); err == nil {
+		t.Fatalf("an extra update after the expiry")
+	}
+}
