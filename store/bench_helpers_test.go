@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/keeppeek/coordination/store/policy"
 )
 
@@ -122,3 +124,21 @@ type qualErr struct {
 }
 
 func (e *qualErr) set(err error) { e.once.Do(func() { e.err = err }) }
+
+// qualBolt returns the bbolt database of a durable store (nil for an in-memory one), for the
+// diagnostic metrics of the qualification benchmarks.
+func qualBolt(s *Store) *bolt.DB {
+	if bb, ok := s.be.(*boltBackend); ok {
+		return bb.db
+	}
+	return nil
+}
+
+// qualBoltWrites is the number of page writes bbolt performed so far (nil db: 0).
+func qualBoltWrites(db *bolt.DB) int64 {
+	if db == nil {
+		return 0
+	}
+	st := db.Stats()
+	return st.TxStats.GetWrite()
+}

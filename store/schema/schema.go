@@ -57,6 +57,9 @@ var extraChecks = map[string]func(doc map[string]any) error{
 	},
 }
 
+// idPrefix prefixes a schema id to form the $id of its file.
+const idPrefix = "urn:keeppeek:schema:"
+
 //go:embed schemas/*.json
 var schemaFiles embed.FS
 
@@ -98,11 +101,11 @@ func New() (*Registry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("schema: parse %s: %w", file, err)
 		}
+		url := idPrefix + id
 		obj, ok := doc.(map[string]any)
-		if !ok || obj["$id"] != "urn:keeppeek:schema:"+id || obj["title"] != id {
-			return nil, fmt.Errorf("schema: %s must be an object with $id %q and title %q", file, "urn:keeppeek:schema:"+id, id)
+		if !ok || obj["$id"] != url || obj["title"] != id {
+			return nil, fmt.Errorf("schema: %s must be an object with $id %q and title %q", file, url, id)
 		}
-		url := "urn:keeppeek:schema:" + id
 		if err := c.AddResource(url, doc); err != nil {
 			return nil, fmt.Errorf("schema: add %s: %w", file, err)
 		}

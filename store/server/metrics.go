@@ -77,7 +77,9 @@ func (m *Metrics) Committed(changes int, took time.Duration) {
 func (m *Metrics) CommitFailed() { m.CommitFailures.Inc() }
 
 // WatchClosed implements store.Observer.
-func (m *Metrics) WatchClosed(reason wire.CloseReason) { m.WatchClosures.WithLabelValues(string(reason)).Inc() }
+func (m *Metrics) WatchClosed(reason wire.CloseReason) {
+	m.WatchClosures.WithLabelValues(string(reason)).Inc()
+}
 
 // RegisterStore adds gauges read from st at scrape time: live watches, and entries and bytes per
 // namespace kind; and sets state_backend_info{type=backend}.
