@@ -1,0 +1,187 @@
+// Package stated is the stated server process: configuration (SPEC section 14), the embedded or
+// external NATS server with per-principal authorization, the store engine, the state server, HTTP
+// health and metrics, reload on SIGHUP and a graceful stop on SIGTERM. cmd/stated is its thin main.
+package stated
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/keeppeek/coordination/store/policy"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// Config is stated's configuration file (TOML); every key is optional.
+type Config struct {
+	DataDir       string            `toml:"data_dir"`
+	SubjectPrefix string            `toml:"subject_prefix"`
+	HTTPListen    string            `toml:"http_listen"`
+	NATS          NATSConfig        `toml:"nats"`
+	Principals    []PrincipalConfig `toml:"principals"`
+	Bounds        map[string]int64  `toml:"bounds"`
+	StateStore    struct {
+		Settings map[string]any `toml:"settings"`
+	} `toml:"state_store"`
+
+	path     string   // the file it was read from, "" for defaults
+	restArgs []string // positional arguments after the flags
+}
+
+// NATSConfig chooses the embedded server (Listen) or an external one (URL). User, Password and
+// Creds are stated's own credentials on an external server.
+type NATSConfig struct {
+	Listen   string `toml:"listen"`
+	URL      string `toml:"url"`
+	User     string `toml:"user"`
+	Password string `toml:"password"`
+	Creds    string `toml:"creds"`
+}
+
+// PrincipalConfig is one principal and its NATS user: authenticated by Password (plain text or a
+// bcrypt hash) or by Nkey (a user public key, "U..."). Media marks the media server's principal: it
+// may answer capability and media command requests.
+type PrincipalConfig struct {
+	ID       string `toml:"id"`
+	Admin    bool   `toml:"admin"`
+	Password string `toml:"password"`
+	Nkey     string `toml:"nkey"`
+	Media    bool   `toml:"media"`
+}
+
+// Defaults of SPEC section 14.
+const (
+	DefaultDataDir    = "./data"
+	DefaultHTTPListen = "127.0.0.1:9095"
+	DefaultNATSListen = "127.0.0.1:4222"
+	DevPrincipal      = "dev"
+	DatabaseFile      = "state-store.db"
+)
+
+// DefaultConfig is the configuration with no file.
+func DefaultConfig() *Config {
+	return &Config{DataDir: DefaultDataDir, SubjectPrefix: wire.DefaultPrefix, HTTPListen: DefaultHTTPListen,
+		NATS: NATSConfig{Listen: DefaultNATSListen}}
+}
+
+// LoadConfig reads and validates a configuration file. Unknown keys are errors.
+func LoadConfig(path string) (*Config, error) {
+	c := DefaultConfig()
+	md, err := toml.DecodeFile(path, c)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	var unknown []string
+	for _, k := range md.Undecoded() {
+		if len(k) >= 3 && k[0] == "state_store" && k[1] == "settings" {
+			continue // settings-backed namespaces hold arbitrary entries
+		}
+		unknown = append(unknown, k.String())
+	}
+	if len(unknown) > 0 {
+		return nil, fmt.Errorf("config %s: unknown keys: %s", path, strings.Join(unknown, ", "))
+	}
+	if c.NATS.URL != "" && !md.IsDefined("nats", "listen") {
+		c.NATS.Listen = ""
+	}
+	c.path = path
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Path is the file the configuration was read from ("" for defaults).
+func (c *Config) Path() string { return c.path }
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if c.DataDir == "" {
+		return fmt.Errorf("data_dir is empty")
+	}
+	if !wire.ValidPrefix(c.SubjectPrefix) {
+		return fmt.Errorf("subject_prefix %q is not a valid subject prefix", c.SubjectPrefix)
+	}
+	if c.NATS.URL != "" && c.NATS.Listen != "" {
+		return fmt.Errorf("nats: set either listen (embedded server) or url (external server), not both")
+	}
+	if c.NATS.URL == "" && c.NATS.Listen == "" {
+		return fmt.Errorf("nats: set listen or url")
+	}
+	seen := map[string]bool{}
+	for _, p := range c.Principals {
+		if !wire.ValidPrincipalID(p.ID) {
+			return fmt.Errorf("principal %q: invalid id", p.ID)
+		}
+		if seen[p.ID] {
+			return fmt.Errorf("principal %q is configured twice", p.ID)
+		}
+		seen[p.ID] = true
+		if (p.Password == "") == (p.Nkey == "") {
+			return fmt.Errorf("principal %q: set exactly one of password and nkey", p.ID)
+		}
+		if p.Nkey != "" && !strings.HasPrefix(p.Nkey, "U") {
+			return fmt.Errorf("principal %q: nkey must be a user public key (U...)", p.ID)
+		}
+	}
+	if _, err := c.BoundsValue(); err != nil {
+		return err
+	}
+	for ns := range c.StateStore.Settings {
+		if !wire.ValidNamespace(ns) || ns == string(wire.KindSystem) {
+			return fmt.Errorf("state_store.settings: %q is not a namespace that can be settings-backed", ns)
+		}
+	}
+	return nil
+}
+
+// BoundsValue returns the default bounds with the [bounds] table applied, by the names of SPEC
+// section 8.
+func (c *Config) BoundsValue() (wire.Bounds, error) {
+	b := wire.DefaultBounds()
+	v := reflect.ValueOf(&b).Elem()
+	byName := map[string]reflect.Value{}
+	for i := range v.NumField() {
+		byName[v.Type().Field(i).Tag.Get("toml")] = v.Field(i)
+	}
+	names := make([]string, 0, len(c.Bounds))
+	for name := range c.Bounds {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		f, ok := byName[name]
+		if !ok {
+			return b, fmt.Errorf("bounds: unknown bound %q", name)
+		}
+		f.SetInt(c.Bounds[name])
+	}
+	if err := b.Validate(); err != nil {
+		return b, fmt.Errorf("bounds: %w", err)
+	}
+	return b, nil
+}
+
+// PolicyPrincipals are the principals the server answers: the configured ones, or the single admin
+// dev principal when none is configured.
+func (c *Config) PolicyPrincipals() []policy.Principal {
+	if len(c.Principals) == 0 {
+		return []policy.Principal{{ID: DevPrincipal, Admin: true}}
+	}
+	out := make([]policy.Principal, 0, len(c.Principals))
+	for _, p := range c.Principals {
+		out = append(out, policy.Principal{ID: p.ID, Admin: p.Admin})
+	}
+	return out
+}
+
+// DatabasePath is data_dir/state-store.db.
+func (c *Config) DatabasePath() string { return filepath.Join(c.DataDir, DatabaseFile) }
+
+// EnsureDataDir creates data_dir.
+func (c *Config) EnsureDataDir() error { return os.MkdirAll(c.DataDir, 0o700) }

@@ -1,0 +1,336 @@
+package stated
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/keeppeek/coordination/internal/natsserver"
+	"github.com/keeppeek/coordination/store"
+	"github.com/keeppeek/coordination/store/server"
+)
+
+// Version is stated's version as the build records it.
+func Version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "0.1.0-dev"
+}
+
+const usage = `stated: the keeppeek coordination plane's state server.
+
+Usage:
+  stated [--config FILE] [--data-dir DIR] [--nats-url URL]   serve (no flags: embedded defaults)
+  stated nats-permissions --config FILE                        print the NATS authorization for an external server
+  stated restore [--config FILE] [--data-dir DIR] BACKUP       restore a backup (server stopped)
+  stated version
+`
+
+// Main runs the stated command line and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "nats-permissions":
+			return natsPermissions(args[1:], stdout, stderr)
+		case "restore":
+			return restore(args[1:], stdout, stderr)
+		case "version":
+			fmt.Fprintln(stdout, Version())
+			return 0
+		case "help", "-h", "--help":
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
+	}
+	cfg, err := parseServeFlags("stated", args, stderr)
+	if err != nil {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	if err := Serve(ctx, cfg, hup, stderr); err != nil {
+		fmt.Fprintf(stderr, "stated: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// parseServeFlags reads --config, --data-dir and --nats-url into a Config.
+func parseServeFlags(name string, args []string, stderr io.Writer) (*Config, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	configPath := fs.String("config", "", "TOML configuration file (SPEC section 14)")
+	dataDir := fs.String("data-dir", "", "directory of state-store.db (overrides data_dir)")
+	natsURL := fs.String("nats-url", "", "use this external NATS server or cluster instead of the embedded one")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 && name == "stated" {
+		fmt.Fprintf(stderr, "stated: unexpected argument %q\n", fs.Arg(0))
+		return nil, errors.New("usage")
+	}
+	cfg := DefaultConfig()
+	if *configPath != "" {
+		var err error
+		if cfg, err = LoadConfig(*configPath); err != nil {
+			fmt.Fprintf(stderr, "stated: %v\n", err)
+			return nil, err
+		}
+	}
+	if *dataDir != "" {
+		cfg.DataDir = *dataDir
+	}
+	if *natsURL != "" {
+		cfg.NATS.URL, cfg.NATS.Listen = *natsURL, ""
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "stated: %v\n", err)
+		return nil, err
+	}
+	cfg.restArgs = fs.Args()
+	return cfg, nil
+}
+
+func natsPermissions(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseServeFlags("stated nats-permissions", args, stderr)
+	if err != nil {
+		return 2
+	}
+	if cfg.Path() == "" || len(cfg.Principals) == 0 {
+		fmt.Fprintln(stderr, "stated nats-permissions: --config FILE with [[principals]] is required")
+		return 2
+	}
+	fmt.Fprint(stdout, PermissionsConfig(cfg))
+	return 0
+}
+
+func restore(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseServeFlags("stated restore", args, stderr)
+	if err != nil {
+		return 2
+	}
+	if len(cfg.restArgs) != 1 {
+		fmt.Fprintln(stderr, "stated restore: name exactly one backup file")
+		return 2
+	}
+	f, err := os.Open(cfg.restArgs[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "stated restore: %v\n", err)
+		return 1
+	}
+	defer f.Close()
+	opts, err := storeOptions(cfg, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "stated restore: %v\n", err)
+		return 1
+	}
+	if err := cfg.EnsureDataDir(); err != nil {
+		fmt.Fprintf(stderr, "stated restore: %v\n", err)
+		return 1
+	}
+	epoch, err := store.Restore(cfg.DatabasePath(), f, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "stated restore: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "restored %s into %s: new epoch %s\n", cfg.restArgs[0], cfg.DatabasePath(), epoch)
+	return 0
+}
+
+func storeOptions(cfg *Config, logger *slog.Logger) (store.Options, error) {
+	opts := store.DefaultOptions()
+	b, err := cfg.BoundsValue()
+	if err != nil {
+		return opts, err
+	}
+	opts.Bounds = b
+	opts.Version = Version()
+	opts.Logger = logger
+	if cfg.Path() != "" && len(cfg.StateStore.Settings) > 0 {
+		settings, err := store.TOMLSettingsNamespaces(cfg.Path())
+		if err != nil {
+			return opts, err
+		}
+		opts.Settings = settings
+	}
+	return opts, nil
+}
+
+// Serve runs stated until ctx ends (SIGTERM), reloading principals on every value of hup (SIGHUP).
+func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Writer) error {
+	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err := cfg.EnsureDataDir(); err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	metrics := server.NewMetrics(reg)
+	opts, err := storeOptions(cfg, logger)
+	if err != nil {
+		return err
+	}
+	opts.Observer = metrics
+	st, err := store.Open(cfg.DatabasePath(), opts)
+	if err != nil {
+		return err
+	}
+	if reason := st.Unavailable(); reason != nil {
+		logger.Error("THE STATE STORE IS NOT SERVED: every operation answers UNAVAILABLE", "reason", reason)
+	}
+
+	internalPassword := randomPassword()
+	var ns *natsserver.Server
+	url := cfg.NATS.URL
+	connOpts := []nats.Option{nats.Name("stated"), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
+	if url == "" {
+		var users []natsserver.User
+		if len(cfg.Principals) > 0 {
+			users = natsUsers(cfg, internalPassword)
+			connOpts = append(connOpts, nats.UserInfo(internalUser, internalPassword))
+		}
+		ns, err = natsserver.Start(natsserver.Options{Listen: cfg.NATS.Listen, Users: users})
+		if err != nil {
+			st.Close()
+			return err
+		}
+		url = ns.ClientURL()
+	} else {
+		if cfg.NATS.User != "" {
+			connOpts = append(connOpts, nats.UserInfo(cfg.NATS.User, cfg.NATS.Password))
+		}
+		if cfg.NATS.Creds != "" {
+			connOpts = append(connOpts, nats.UserCredentials(cfg.NATS.Creds))
+		}
+	}
+	shutdownNATS := func() {
+		if ns != nil {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+		}
+	}
+	nc, err := nats.Connect(url, connOpts...)
+	if err != nil {
+		st.Close()
+		shutdownNATS()
+		return fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	srv, err := server.New(st, nc, server.Options{Prefix: cfg.SubjectPrefix, Principals: cfg.PolicyPrincipals(),
+		Version: "0.1.0", Logger: logger, Metrics: metrics})
+	if err == nil {
+		err = srv.Start()
+	}
+	if err != nil {
+		nc.Close()
+		st.Close()
+		shutdownNATS()
+		return err
+	}
+	if err := metrics.RegisterStore(reg, st, "bbolt"); err != nil {
+		logger.Error("metrics", "err", err)
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if reason := st.Unavailable(); reason != nil {
+			http.Error(w, "not ready: the state store is not served: "+reason.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", cfg.HTTPListen)
+	if err != nil {
+		_ = srv.Stop(context.Background())
+		nc.Close()
+		shutdownNATS()
+		return fmt.Errorf("http listen %s: %w", cfg.HTTPListen, err)
+	}
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = httpSrv.Serve(ln) }()
+
+	if len(cfg.Principals) == 0 {
+		logger.Warn("NO PRINCIPALS CONFIGURED: running one admin principal \"dev\" that connects WITHOUT credentials. " +
+			"Fine on a laptop; configure [[principals]] before anyone else can reach this NATS server.")
+	}
+	logger.Info("stated ready", "nats", url, "http", "http://"+ln.Addr().String(), "data", cfg.DatabasePath(),
+		"principals", len(cfg.PolicyPrincipals()), "epoch", st.Info().Epoch, "version", Version())
+
+	for {
+		select {
+		case <-hup:
+			reload(cfg, ns, srv, internalPassword, logger)
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	logger.Info("stopping: finishing in-flight commits and closing watches with SHUTDOWN")
+	stopCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	err = srv.Stop(stopCtx)
+	nc.Close()
+	_ = httpSrv.Shutdown(stopCtx)
+	shutdownNATS()
+	if err != nil {
+		logger.Error("stop", "err", err)
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+// reload rereads the configuration file and applies its principals: NATS users and permissions on the
+// embedded server, and the server's principals (closing watches that lost permission).
+func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, internalPassword string, logger *slog.Logger) {
+	if cfg.Path() == "" {
+		logger.Info("SIGHUP: no configuration file to reload")
+		return
+	}
+	next, err := LoadConfig(cfg.Path())
+	if err != nil {
+		logger.Error("SIGHUP: configuration not reloaded", "err", err)
+		return
+	}
+	if (len(next.Principals) == 0) != (len(cfg.Principals) == 0) {
+		logger.Error("SIGHUP: switching between the dev principal and configured principals needs a restart")
+		return
+	}
+	if ns != nil && len(next.Principals) > 0 {
+		if err := ns.Reload(natsUsers(next, internalPassword)); err != nil {
+			logger.Error("SIGHUP: NATS users not reloaded", "err", err)
+			return
+		}
+	}
+	if err := srv.SetPrincipals(next.PolicyPrincipals()); err != nil {
+		logger.Error("SIGHUP: principals not reloaded", "err", err)
+		return
+	}
+	cfg.Principals = next.Principals
+	logger.Info("SIGHUP: principals reloaded", "principals", len(next.PolicyPrincipals()))
+}
+
+func randomPassword() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
