@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,4 +142,24 @@ func qualBoltWrites(db *bolt.DB) int64 {
 	}
 	st := db.Stats()
 	return st.TxStats.GetWrite()
+}
+
+// qualCommitCounter wraps a store's backend to count commits (one per batch), so a benchmark can
+// report how many mutations shared a commit. Install it before the first mutation.
+type qualCommitCounter struct {
+	backend
+	commits atomic.Int64
+}
+
+func (c *qualCommitCounter) commit(bt *batch) error {
+	c.commits.Add(1)
+	return c.backend.commit(bt)
+}
+
+// qualCountCommits installs a qualCommitCounter on s. The committer reads s.be only after it takes a
+// mutation from the queue, so the swap happens before any use.
+func qualCountCommits(s *Store) *qualCommitCounter {
+	c := &qualCommitCounter{backend: s.be}
+	s.be = c
+	return c
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -69,6 +70,7 @@ type boltBackend struct {
 // does not exist. An existing empty file is a truncated database, not a new one. A panic of bbolt on a
 // damaged file is returned as an error.
 func openBolt(path string, timeout time.Duration, retention int) (b *boltBackend, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			b, err = nil, fmt.Errorf("database is corrupt: %v", r)
@@ -84,6 +86,10 @@ func openBolt(path string, timeout time.Duration, retention int) (b *boltBackend
 		}
 	case err != nil:
 		return nil, err
+	default:
+		if err := checkBoltFile(path); err != nil {
+			return nil, err
+		}
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, FreelistType: bolt.FreelistMapType})
 	if err != nil {
@@ -195,6 +201,7 @@ func strictJSON(data []byte, v any) error {
 // load validates and replays the database. bbolt may panic on a corrupt page; that is recovered and
 // reported as the reason, never propagated.
 func (b *boltBackend) load(rules *loadRules) (ld *loaded, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true)) // a bad page faults as a panic, recovered below
 	defer func() {
 		if r := recover(); r != nil {
 			ld, err = nil, fmt.Errorf("database is corrupt: %v", r)

@@ -1,0 +1,251 @@
+// Package e2e runs the real stated binary for end-to-end tests: it builds the binary once per test
+// process, writes a configuration with free loopback ports into a temporary directory, starts the
+// process, waits until it is ready, and stops it (SIGTERM, SIGKILL) on demand and at cleanup.
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// Binary builds cmd/<name> of this module once per test process and returns its path. Call
+// Cleanup from TestMain to remove the build directory.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "keeppeek-e2e-")
+	})
+	if buildErr != nil {
+		t.Fatalf("e2e: %v", buildErr)
+	}
+	out := filepath.Join(buildDir, name)
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/"+name)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("e2e: build %s: %v\n%s", name, err, b)
+	}
+	return out
+}
+
+// Cleanup removes the binaries Binary built.
+func Cleanup() {
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+}
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Stated is a stated process and its configuration.
+type Stated struct {
+	t          testing.TB
+	Dir        string // temporary directory: config file and data
+	ConfigPath string
+	NATSPort   int
+	HTTPPort   int
+	bin        string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	exit   error
+	logBuf *strings.Builder
+}
+
+// Principal is one [[principals]] entry.
+type Principal struct {
+	ID       string
+	Admin    bool
+	Password string
+	Media    bool
+}
+
+// Config is what the test controls of stated's configuration; the rest is written for it.
+type Config struct {
+	Principals []Principal
+	// Extra is appended verbatim to the configuration file (for [bounds] or settings sections).
+	Extra string
+}
+
+// NewStated prepares a stated in a fresh directory with free ports; Start runs it.
+func NewStated(t testing.TB, c Config) *Stated {
+	t.Helper()
+	dir := t.TempDir()
+	s := &Stated{t: t, Dir: dir, ConfigPath: filepath.Join(dir, "stated.toml"), NATSPort: FreePort(t), HTTPPort: FreePort(t),
+		bin: Binary(t, "stated")}
+	s.WriteConfig(c)
+	t.Cleanup(func() { s.Kill() })
+	return s
+}
+
+// WriteConfig rewrites the configuration file (then Reload applies the principals).
+func (s *Stated) WriteConfig(c Config) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "data_dir = %q\nhttp_listen = \"127.0.0.1:%d\"\n\n[nats]\nlisten = \"127.0.0.1:%d\"\n\n", filepath.Join(s.Dir, "data"), s.HTTPPort, s.NATSPort)
+	for _, p := range c.Principals {
+		fmt.Fprintf(&b, "[[principals]]\nid = %q\nadmin = %v\npassword = %q\nmedia = %v\n\n", p.ID, p.Admin, p.Password, p.Media)
+	}
+	b.WriteString(c.Extra)
+	if err := os.WriteFile(s.ConfigPath, []byte(b.String()), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// URL is the NATS URL.
+func (s *Stated) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.NATSPort) }
+
+// HTTP is the base URL of the HTTP endpoints.
+func (s *Stated) HTTP() string { return fmt.Sprintf("http://127.0.0.1:%d", s.HTTPPort) }
+
+// DatabasePath is the store file.
+func (s *Stated) DatabasePath() string { return filepath.Join(s.Dir, "data", "state-store.db") }
+
+// Start runs stated and waits until its /healthz answers.
+func (s *Stated) Start() {
+	s.t.Helper()
+	s.mu.Lock()
+	s.logBuf = &strings.Builder{}
+	cmd := exec.Command(s.bin, "--config", s.ConfigPath)
+	stderr, _ := cmd.StderrPipe()
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
+		s.t.Fatalf("e2e: start stated: %v", err)
+	}
+	s.cmd, s.done = cmd, make(chan struct{})
+	logs := s.logBuf
+	s.mu.Unlock()
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			s.mu.Lock()
+			logs.WriteString(sc.Text() + "\n")
+			s.mu.Unlock()
+		}
+	}()
+	go func() {
+		<-copied
+		err := cmd.Wait()
+		s.mu.Lock()
+		s.exit = err
+		s.mu.Unlock()
+		close(s.done)
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get(s.HTTP() + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		select {
+		case <-s.done:
+			s.t.Fatalf("e2e: stated exited at start: %v\n%s", s.exit, s.Logs())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("e2e: stated not healthy within 15 s\n%s", s.Logs())
+		}
+	}
+}
+
+// Logs returns what stated wrote to stderr so far.
+func (s *Stated) Logs() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.logBuf == nil {
+		return ""
+	}
+	return s.logBuf.String()
+}
+
+func (s *Stated) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		_ = cmd.Process.Signal(sig)
+	}
+}
+
+// Reload sends SIGHUP.
+func (s *Stated) Reload() { s.signal(syscall.SIGHUP) }
+
+// Term sends SIGTERM and waits for the exit; it returns the exit code.
+func (s *Stated) Term() int {
+	s.t.Helper()
+	s.signal(syscall.SIGTERM)
+	return s.wait()
+}
+
+// Kill sends SIGKILL and waits for the exit.
+func (s *Stated) Kill() {
+	s.signal(syscall.SIGKILL)
+	s.mu.Lock()
+	done := s.done
+	s.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+func (s *Stated) wait() int {
+	s.t.Helper()
+	s.mu.Lock()
+	done := s.done
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.Kill()
+		s.t.Fatalf("e2e: stated did not exit within 20 s\n%s", s.Logs())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.exit == nil {
+		return 0
+	}
+	if ee, ok := s.exit.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	return -1
+}

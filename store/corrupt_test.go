@@ -1,0 +1,372 @@
+package store
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// corruptFixture makes a valid, closed store with entries in two namespaces and returns its path.
+// The file is grown past a few pages so that a truncation cuts through data pages.
+func corruptFixture(t *testing.T) string {
+	t.Helper()
+	s, path := openT(t, DefaultOptions())
+	for i := range 4 {
+		mustPut(t, s, admin, putLease("service/tx", fmt.Sprintf("leases/l%d", i)))
+	}
+	for i := range 24 {
+		mustPut(t, s, admin, wire.PutRequest{Namespace: "user/alice", Key: fmt.Sprintf("intents/i%02d", i),
+			Schema: "keeppeek.media-intent.v1", Document: proseIntentDoc(fmt.Sprintf("cam%d", i), 4)})
+	}
+	if _, err := s.Delete(ctxT(t), admin, wire.DeleteRequest{Namespace: "service/tx", Key: "leases/l3"}); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	return path
+}
+
+// proseIntentDoc is a schema-valid media intent of roughly kib KiB: its parameters hold prose (words
+// and spaces, no line breaks), which the content guard accepts.
+func proseIntentDoc(source string, kib int) json.RawMessage {
+	words := []string{"alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"}
+	var sb strings.Builder
+	for i := 0; sb.Len() < 900; i++ {
+		sb.WriteString(words[i%len(words)])
+		sb.WriteByte(' ')
+	}
+	text := strings.TrimSpace(sb.String())
+	params := map[string]string{}
+	for i := range kib {
+		params[fmt.Sprintf("p%02d", i)] = text
+	}
+	doc := map[string]any{"role": "publish", "desired": true, "source_id": source, "media_kind": "video",
+		"recording_mode": "disabled", "parameters": map[string]any{"svc": params}}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// boltEditFile opens the closed database at path with bbolt directly and runs fn in one write transaction.
+func boltEditFile(t *testing.T, path string, fn func(tx *bolt.Tx) error) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatalf("bolt.Open: %v", err)
+	}
+	if err := db.Update(fn); err != nil {
+		db.Close()
+		t.Fatalf("bolt edit: %v", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatalf("bolt close: %v", err)
+	}
+}
+
+// editStoredEntry rewrites the stored entry (ns, key) through fn.
+func editStoredEntry(ns, key string, fn func(e map[string]any)) func(tx *bolt.Tx) error {
+	return func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEntries)
+		k := entryKey(ns, key)
+		v := b.Get(k)
+		if v == nil {
+			return fmt.Errorf("no entry %s:%s", ns, key)
+		}
+		var e map[string]any
+		if err := json.Unmarshal(v, &e); err != nil {
+			return err
+		}
+		fn(e)
+		nv, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		return b.Put(k, nv)
+	}
+}
+
+func TestCorruptFilesOpenUnavailable(t *testing.T) {
+	cases := []struct {
+		name   string
+		damage func(t *testing.T, path string)
+		want   []string // the reason names the problem: one of these substrings
+	}{
+		{"random garbage", func(t *testing.T, path string) {
+			b := make([]byte, 64<<10)
+			_, _ = rand.Read(b)
+			writeBytes(t, path, b)
+		}, []string{"invalid", "checksum", "version"}},
+		{"truncated to half", func(t *testing.T, path string) {
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(path, fi.Size()/2); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"truncat", "corrupt", "size", "page"}},
+		{"format version 2", func(t *testing.T, path string) {
+			boltEditFile(t, path, func(tx *bolt.Tx) error {
+				return tx.Bucket(bucketMeta).Put(metaFormat, []byte("2"))
+			})
+		}, []string{"unsupported format version 2"}},
+		{"total_bytes disagrees", func(t *testing.T, path string) {
+			boltEditFile(t, path, func(tx *bolt.Tx) error {
+				m := tx.Bucket(bucketMeta)
+				n, err := strconv.ParseInt(string(m.Get(metaTotalBytes)), 10, 64)
+				if err != nil {
+					return err
+				}
+				return m.Put(metaTotalBytes, fmt.Appendf(nil, "%d", n+7))
+			})
+		}, []string{"total_bytes"}},
+		{"namespace entry count disagrees", func(t *testing.T, path string) {
+			boltEditFile(t, path, func(tx *bolt.Tx) error {
+				nsb := tx.Bucket(bucketNamespaces)
+				var c nsCounter
+				if err := json.Unmarshal(nsb.Get([]byte("service/tx")), &c); err != nil {
+					return err
+				}
+				c.Entries++
+				v, _ := json.Marshal(c)
+				return nsb.Put([]byte("service/tx"), v)
+			})
+		}, []string{`namespace "service/tx" counters say 4 entries`}},
+		{"orphan entry", func(t *testing.T, path string) {
+			boltEditFile(t, path, func(tx *bolt.Tx) error {
+				e := wire.Entry{Namespace: "service/ghost", Key: "k", Schema: "keeppeek.lease.v1", Owner: "coordinator",
+					Revision: 1, CreatedAtMs: 1, UpdatedAtMs: 1, Document: leaseDoc("w1")}
+				v, _ := json.Marshal(e)
+				return tx.Bucket(bucketEntries).Put([]byte("service/ghost\x00k"), v)
+			})
+		}, []string{"orphan entry service/ghost:k"}},
+		{"entry revision above namespace revision", func(t *testing.T, path string) {
+			boltEditFile(t, path, editStoredEntry("service/tx", "leases/l0", func(e map[string]any) { e["revision"] = 999 }))
+		}, []string{"leases/l0 has revision 999 but its namespace is at"}},
+		{"unregistered schema", func(t *testing.T, path string) {
+			boltEditFile(t, path, editStoredEntry("service/tx", "leases/l1", func(e map[string]any) { e["schema"] = "keeppeek.nope.v1" }))
+		}, []string{"unregistered schema"}},
+		{"entry not JSON", func(t *testing.T, path string) {
+			boltEditFile(t, path, func(tx *bolt.Tx) error {
+				return tx.Bucket(bucketEntries).Put(entryKey("user/alice", "intents/i03"), []byte(`{"namespace":"user/alice","key":`))
+			})
+		}, []string{"intents/i03 does not decode"}},
+		{"missing bucket", func(t *testing.T, path string) {
+			boltEditFile(t, path, func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketAudit) })
+		}, []string{`bucket "audit" is missing`}},
+		{"zero-byte file", func(t *testing.T, path string) {
+			writeBytes(t, path, nil)
+		}, []string{"empty", "zero", "truncat"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := corruptFixture(t)
+			tc.damage(t, path)
+
+			s, err := openRecovering(path, DefaultOptions())
+			if err != nil {
+				t.Fatalf("Open returned an error, want an unavailable store: %v", err)
+			}
+			if s == nil {
+				t.Fatal("Open returned a nil store")
+			}
+			defer func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			}()
+			reason := s.Unavailable()
+			if reason == nil {
+				t.Fatalf("a damaged database (%s) was served", tc.name)
+			}
+			if !slices.ContainsFunc(tc.want, func(w string) bool { return strings.Contains(reason.Error(), w) }) {
+				t.Errorf("reason %q names none of %q", reason, tc.want)
+			}
+			assertAllUnavailable(t, s)
+		})
+	}
+}
+
+// assertAllUnavailable checks that every operation of s answers UNAVAILABLE and Info lacks the feature.
+func assertAllUnavailable(t *testing.T, s *Store) {
+	t.Helper()
+	ctx := ctxT(t)
+	check := func(op string, err error) {
+		t.Helper()
+		if !errors.Is(err, wire.ErrUnavailable) {
+			t.Errorf("%s: want UNAVAILABLE, got %v", op, err)
+		}
+	}
+	_, err := s.Get(ctx, admin, wire.GetRequest{Namespace: "service/tx", Key: "leases/l0"})
+	check("Get", err)
+	_, err = s.Put(ctx, admin, putLease("service/tx", "leases/new"))
+	check("Put", err)
+	_, err = s.Delete(ctx, admin, wire.DeleteRequest{Namespace: "service/tx", Key: "leases/l0"})
+	check("Delete", err)
+	_, err = s.List(ctx, admin, wire.ListRequest{Namespace: "service/tx"})
+	check("List", err)
+	sink, _ := chanSink(4)
+	_, err = s.Watch(ctx, admin, wire.WatchRequest{WatchID: "w", Namespace: "service/tx"}, sink)
+	check("Watch", err)
+	check("Ack", s.Ack(ctx, admin, wire.AckRequest{WatchID: "w", AppliedSequence: i64(0)}))
+	check("Unwatch", s.Unwatch(ctx, admin, wire.UnwatchRequest{WatchID: "w"}))
+	if f := s.Info().Features; slices.Contains(f, wire.FeatureStateStore) {
+		t.Errorf("Info of an unavailable store advertises %s: %v", wire.FeatureStateStore, f)
+	}
+}
+
+func TestCorruptHealthyStoreHasFeature(t *testing.T) {
+	path := corruptFixture(t)
+	s := openAt(t, path, DefaultOptions())
+	if f := s.Info().Features; !slices.Contains(f, wire.FeatureStateStore) {
+		t.Fatalf("a healthy store's Info lacks %s: %v", wire.FeatureStateStore, f)
+	}
+	l, err := s.List(ctxT(t), admin, wire.ListRequest{Namespace: "user/alice", Limit: 256})
+	if err != nil || len(l.Entries) != 24 || l.Revision != 24 {
+		t.Fatalf("List of the fixture: %d entries at revision %d, %v", len(l.Entries), l.Revision, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if f := s.Info().Features; slices.Contains(f, wire.FeatureStateStore) {
+		t.Fatalf("a closed store's Info advertises %s: %v", wire.FeatureStateStore, f)
+	}
+}
+
+func writeBytes(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// openRecovering calls Open and turns a panic into an error, so a store that panics on a damaged file
+// fails its own test instead of killing the whole test binary.
+// A damaged file can also make bbolt read past its memory map; SetPanicOnFault turns that fault, on
+// this goroutine, into a panic too. (TestCorruptTruncatedNoFatalFault checks the unprotected case, as a
+// server runs it, in a child process.)
+func openRecovering(path string, opts Options) (s *Store, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("Open panicked (it must answer with an unavailable store instead): %v", r)
+		}
+	}()
+	return Open(path, opts)
+}
+
+// corruptChildEnv carries a database path to the child process of TestCorruptTruncatedNoFatalFault.
+const corruptChildEnv = "STORE_CORRUPT_CHILD"
+
+// TestCorruptChild is the child process of TestCorruptTruncatedNoFatalFault, not a test of its own:
+// without STORE_CORRUPT_CHILD it returns at once. With it, it opens the store at that path, with no
+// fault protection at all (as a server would), and prints "unavailable: <reason>" or "served".
+func TestCorruptChild(t *testing.T) {
+	path := os.Getenv(corruptChildEnv)
+	if path == "" {
+		return
+	}
+	s, err := Open(path, DefaultOptions())
+	switch {
+	case err != nil:
+		fmt.Printf("error: %v\n", err)
+	case s.Unavailable() != nil:
+		fmt.Printf("unavailable: %v\n", s.Unavailable())
+	default:
+		fmt.Println("served")
+	}
+	if s != nil {
+		s.Close()
+	}
+	os.Exit(0)
+}
+
+// boltMeta reads the newer meta page of a closed bbolt file: its freelist page and high-water mark.
+func boltMeta(t *testing.T, path string) (pageSize, freelist, pgid uint64) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Page header: id u64, flags u16, count u16, overflow u32. Meta: magic u32, version u32,
+	// page_size u32, flags u32, root {pgid u64, sequence u64}, freelist u64, pgid u64, txid u64.
+	le := func(off int) uint64 {
+		var v uint64
+		for i := 7; i >= 0; i-- {
+			v = v<<8 | uint64(b[off+i])
+		}
+		return v
+	}
+	le32 := func(off int) uint64 { return le(off) & 0xffffffff }
+	pageSize = le32(16 + 8)
+	best := -1
+	var bestTx uint64
+	for m := range 2 {
+		off := m * int(pageSize)
+		if le32(off+16) != 0xED0CDAED {
+			continue
+		}
+		if tx := le(off + 64); best < 0 || tx > bestTx {
+			best, bestTx = off, tx
+		}
+	}
+	if best < 0 {
+		t.Fatal("no valid bbolt meta page")
+	}
+	return pageSize, le(best + 48), le(best + 56)
+}
+
+// TestCorruptTruncatedNoFatalFault truncates a database just before its freelist page, so the pages it
+// references lie past the end of the file but inside the memory map bbolt makes (a power of two):
+// reading them is a SIGBUS, which no recover catches. Open must notice the short file and answer
+// with an unavailable store, in a process that keeps running. The open runs in a child process, with
+// no fault protection, so a crash fails this test and not the whole test binary.
+func TestCorruptTruncatedNoFatalFault(t *testing.T) {
+	path := corruptFixture(t)
+	pageSize, freelist, pgid := boltMeta(t, path)
+	size := int64(freelist * pageSize)
+	if freelist < 8 || freelist >= pgid || size&(size-1) == 0 {
+		t.Fatalf("fixture layout changed: freelist page %d, high water %d; the cut must not fall on a power of two", freelist, pgid)
+	}
+	if err := os.Truncate(path, size); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCorruptChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), corruptChildEnv+"="+path)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		t.Fatalf("opening a database truncated to %d bytes (freelist page %d past the end) killed the process: %v\n%s",
+			size, freelist, err, firstLines(stderr.String(), 16))
+	}
+	out := strings.TrimSpace(stdout.String())
+	if !strings.HasPrefix(out, "unavailable: ") {
+		t.Fatalf("opening a truncated database: %q, want an unavailable store", out)
+	}
+}
+
+func firstLines(s string, n int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > n {
+		l = l[:n]
+	}
+	return strings.Join(l, "\n")
+}
