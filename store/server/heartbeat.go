@@ -19,19 +19,22 @@ var serverPrincipal = policy.Principal{ID: "stated", Admin: true}
 // onHeartbeat keeps system/workers/<principal>/<worker_id> (SPEC section 11): a put for a worker's
 // first heartbeat and whenever status, leases, service or interval change; otherwise a keepalive that
 // only pushes the deadline. Heartbeats that do not parse or break a rule are dropped and counted.
+// Heartbeats are handled one at a time, in arrival order, so a worker's read-compare-write never races
+// its own next heartbeat.
 func (s *Server) onHeartbeat(msg *nats.Msg) {
-	s.inflight.Add(1)
-	go func() {
-		defer s.inflight.Done()
-		outcome := "accepted"
-		if err := s.heartbeat(msg); err != nil {
-			outcome = "dropped"
-			s.opts.Logger.Debug("heartbeat dropped", "subject", msg.Subject, "err", err)
-		}
-		if m := s.opts.Metrics; m != nil {
-			m.Heartbeats.WithLabelValues(outcome).Inc()
-		}
-	}()
+	s.inflight.RLock()
+	defer s.inflight.RUnlock()
+	if s.stopped {
+		return
+	}
+	outcome := "accepted"
+	if err := s.heartbeat(msg); err != nil {
+		outcome = "dropped"
+		s.opts.Logger.Debug("heartbeat dropped", "subject", msg.Subject, "err", err)
+	}
+	if m := s.opts.Metrics; m != nil {
+		m.Heartbeats.WithLabelValues(outcome).Inc()
+	}
 }
 
 func (s *Server) heartbeat(msg *nats.Msg) error {

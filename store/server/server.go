@@ -48,7 +48,10 @@ type Server struct {
 
 	svc      micro.Service
 	hbSub    *nats.Subscription
-	inflight sync.WaitGroup
+	// inflight is held shared by every request and heartbeat being handled; Stop takes it exclusively
+	// to wait for them, and sets stopped so later ones answer UNAVAILABLE.
+	inflight sync.RWMutex
+	stopped  bool
 	ctx      context.Context
 	cancel   context.CancelFunc
 	stopOnce sync.Once
@@ -153,7 +156,12 @@ func (s *Server) Stop(ctx context.Context) error {
 			err = errors.Join(err, s.hbSub.Unsubscribe())
 		}
 		done := make(chan struct{})
-		go func() { s.inflight.Wait(); close(done) }()
+		go func() {
+			s.inflight.Lock()
+			s.stopped = true
+			s.inflight.Unlock()
+			close(done)
+		}()
 		select {
 		case <-done:
 		case <-ctx.Done():
@@ -174,11 +182,7 @@ func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 	return func(req micro.Request) {
 		switch op {
 		case wire.OpPut, wire.OpDelete, wire.OpWatch:
-			s.inflight.Add(1)
-			go func() {
-				defer s.inflight.Done()
-				s.serve(op, req)
-			}()
+			go s.serve(op, req)
 		default:
 			s.serve(op, req)
 		}
@@ -187,7 +191,17 @@ func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 
 func (s *Server) serve(op wire.Op, req micro.Request) {
 	start := time.Now()
-	id, res, after := s.dispatch(op, req)
+	s.inflight.RLock()
+	defer s.inflight.RUnlock()
+	var id int64
+	var res wire.Result
+	var after func(error)
+	if s.stopped {
+		id = wire.RequestIDOf(req.Data())
+		res = wire.ErrorResult(id, wire.Errorf(wire.CodeUnavailable, "the server is stopping"))
+	} else {
+		id, res, after = s.dispatch(op, req)
+	}
 	res.RequestID = id
 	body, err := json.Marshal(res)
 	if err != nil {
