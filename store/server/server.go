@@ -46,8 +46,8 @@ type Server struct {
 	mu         sync.RWMutex
 	principals map[string]policy.Principal
 
-	svc      micro.Service
-	hbSub    *nats.Subscription
+	svc   micro.Service
+	hbSub *nats.Subscription
 	// inflight is held shared by every request and heartbeat being handled; Stop takes it exclusively
 	// to wait for them, and sets stopped so later ones answer UNAVAILABLE.
 	inflight sync.RWMutex
