@@ -13,7 +13,7 @@ import (
 
 // Permissions returns the NATS permissions of principal p under prefix (SPEC section 9): publish only
 // under its own tokens (and the capability request), subscribe only to its own watch subjects, its own
-// inbox prefix and capability changes. Admins may also publish on $SRV.> (service discovery). The media
+// inbox prefix and capability changes. Admins may also publish on $SRV.> (service discovery) and their own admin subjects (backup, audit). The media
 // principal also answers capability and media command requests.
 func Permissions(prefix string, p PrincipalConfig) *server.Permissions {
 	pub := []string{
@@ -28,7 +28,7 @@ func Permissions(prefix string, p PrincipalConfig) *server.Permissions {
 		wire.CapsChangedSubject(prefix),
 	}
 	if p.Admin {
-		pub = append(pub, "$SRV.>")
+		pub = append(pub, "$SRV.>", prefix+".admin.v1."+p.ID+".>")
 	}
 	perms := &server.Permissions{}
 	if p.Media {

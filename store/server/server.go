@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"github.com/keeppeek/coordination/store/policy"
 	"github.com/keeppeek/coordination/store/wire"
 )
+
+var randReader = rand.Reader
 
 // ServiceName is the micro service name of the state API.
 const ServiceName = "keeppeek-state"
@@ -52,6 +55,7 @@ type Server struct {
 	// to wait for them, and sets stopped so later ones answer UNAVAILABLE.
 	inflight sync.RWMutex
 	stopped  bool
+	backups  backups
 	ctx      context.Context
 	cancel   context.CancelFunc
 	stopOnce sync.Once
@@ -134,6 +138,13 @@ func (s *Server) Start() error {
 			return fmt.Errorf("server: endpoint %s: %w", op, err)
 		}
 	}
+	for _, op := range []wire.Op{wire.AdminBackup, wire.AdminAuditVerify} {
+		subject := s.opts.Prefix + ".admin.v1.*." + string(op)
+		if err := svc.AddEndpoint("admin_"+string(op), s.adminHandler(op), micro.WithEndpointSubject(subject)); err != nil {
+			_ = svc.Stop()
+			return fmt.Errorf("server: endpoint %s: %w", op, err)
+		}
+	}
 	sub, err := s.nc.Subscribe(s.opts.Prefix+".heartbeat.v1.*.*", s.onHeartbeat)
 	if err != nil {
 		_ = svc.Stop()
@@ -168,6 +179,7 @@ func (s *Server) Stop(ctx context.Context) error {
 			err = errors.Join(err, fmt.Errorf("server: requests still in flight: %w", ctx.Err()))
 		}
 		s.cancel()
+		s.backups.closeAll()
 		err = errors.Join(err, s.st.Close())
 		if !s.nc.IsClosed() {
 			err = errors.Join(err, s.nc.FlushWithContext(ctx))

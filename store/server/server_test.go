@@ -88,7 +88,7 @@ func TestMicroServiceDiscoverable(t *testing.T) {
 			Subject string `json:"subject"`
 		} `json:"endpoints"`
 	}
-	if err := json.Unmarshal(msg.Data, &info); err != nil || info.Name != "keeppeek-state" || len(info.Endpoints) != len(wire.Ops) {
+	if err := json.Unmarshal(msg.Data, &info); err != nil || info.Name != "keeppeek-state" || len(info.Endpoints) != len(wire.Ops)+2 {
 		t.Fatalf("service info %s: %v", msg.Data, err)
 	}
 }

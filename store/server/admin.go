@@ -1,0 +1,196 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/keeppeek/coordination/store/policy"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// backupIdle is how long an opened backup is kept without a read.
+const backupIdle = 2 * time.Minute
+
+// backups holds opened backups: consistent snapshots written to temporary files, served in chunks.
+type backups struct {
+	mu    sync.Mutex
+	files map[string]*backupFile
+}
+
+type backupFile struct {
+	owner string
+	path  string
+	size  int64
+	used  time.Time
+}
+
+func (b *backups) add(f *backupFile) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.files == nil {
+		b.files = map[string]*backupFile{}
+	}
+	b.sweepLocked()
+	id := randomID()
+	b.files[id] = f
+	return id
+}
+
+func (b *backups) get(owner, id string) *backupFile {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.files[id]
+	if f == nil || f.owner != owner {
+		return nil
+	}
+	f.used = time.Now()
+	return f
+}
+
+func (b *backups) remove(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if f := b.files[id]; f != nil {
+		os.Remove(f.path)
+		delete(b.files, id)
+	}
+}
+
+func (b *backups) sweepLocked() {
+	for id, f := range b.files {
+		if time.Since(f.used) > backupIdle {
+			os.Remove(f.path)
+			delete(b.files, id)
+		}
+	}
+}
+
+func (b *backups) closeAll() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, f := range b.files {
+		os.Remove(f.path)
+		delete(b.files, id)
+	}
+}
+
+func randomID() string {
+	var b [12]byte
+	_, _ = io.ReadFull(randReader, b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// adminHandler serves an admin op for admin principals.
+func (s *Server) adminHandler(op wire.Op) micro.HandlerFunc {
+	return func(req micro.Request) {
+		go func() {
+			s.inflight.RLock()
+			defer s.inflight.RUnlock()
+			data := req.Data()
+			id := wire.RequestIDOf(data)
+			var res wire.AdminResult
+			if s.stopped {
+				res = adminError(id, wire.Errorf(wire.CodeUnavailable, "the server is stopping"))
+			} else {
+				res = s.admin(op, req.Subject(), data)
+			}
+			res.RequestID = id
+			body, _ := json.Marshal(res)
+			_ = req.Respond(body)
+		}()
+	}
+}
+
+func adminError(id int64, err error) wire.AdminResult {
+	r := wire.ErrorResult(id, err)
+	return wire.AdminResult{RequestID: id, Error: r.Error}
+}
+
+func (s *Server) admin(op wire.Op, subject string, data []byte) wire.AdminResult {
+	id := wire.RequestIDOf(data)
+	toks, err := wire.SubjectTokens(subject, s.opts.Prefix, "admin.v1", 2)
+	if err != nil {
+		return adminError(id, wire.Errorf(wire.CodeInvalidArgument, "%v", err))
+	}
+	p, ok := s.Principal(toks[0])
+	if !ok || !p.Admin {
+		return adminError(id, wire.Errorf(wire.CodePermissionDenied, "principal %q may not use admin operations", toks[0]))
+	}
+	if err := s.st.Unavailable(); err != nil {
+		return adminError(id, wire.Errorf(wire.CodeUnavailable, "state store is not served: %v", err))
+	}
+	switch op {
+	case wire.AdminAuditVerify:
+		var r wire.AuditVerifyRequest
+		if err := wire.Decode(data, &r); err != nil {
+			return adminError(id, err)
+		}
+		rep, err := s.st.VerifyAudit()
+		if err != nil {
+			return adminError(id, wire.Errorf(wire.CodeStorage, "audit: %v", err))
+		}
+		return wire.AdminResult{OK: true, Audit: &wire.AuditReport{Records: rep.Records, HeadSeq: rep.HeadSeq, HeadHash: rep.HeadHash,
+			CheckpointSeq: rep.CheckpointSeq, BrokenSeq: rep.BrokenSeq, Problem: rep.Problem, Text: rep.String()}}
+	case wire.AdminBackup:
+		var r wire.BackupRequest
+		if err := wire.Decode(data, &r); err != nil {
+			return adminError(id, err)
+		}
+		return s.backup(p, r)
+	}
+	return adminError(id, wire.Errorf(wire.CodeInvalidArgument, "unknown admin op %q", op))
+}
+
+func (s *Server) backup(p policy.Principal, r wire.BackupRequest) wire.AdminResult {
+	switch r.Step {
+	case "open":
+		f, err := os.CreateTemp("", "keeppeek-backup-*.db")
+		if err != nil {
+			return adminError(r.RequestID, wire.Errorf(wire.CodeStorage, "backup: %v", err))
+		}
+		h := sha256.New()
+		n, err := s.st.Backup(context.Background(), p, io.MultiWriter(f, h))
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(f.Name())
+			return adminError(r.RequestID, err)
+		}
+		bid := s.backups.add(&backupFile{owner: p.ID, path: f.Name(), size: n, used: time.Now()})
+		return wire.AdminResult{OK: true, BackupID: bid, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}
+	case "read":
+		bf := s.backups.get(p.ID, r.BackupID)
+		if bf == nil {
+			return adminError(r.RequestID, wire.Errorf(wire.CodeNotFound, "no open backup %q", r.BackupID))
+		}
+		if r.Offset < 0 || r.Offset > bf.size {
+			return adminError(r.RequestID, wire.Errorf(wire.CodeInvalidArgument, "offset %d outside 0 to %d", r.Offset, bf.size))
+		}
+		f, err := os.Open(bf.path)
+		if err != nil {
+			return adminError(r.RequestID, wire.Errorf(wire.CodeStorage, "backup: %v", err))
+		}
+		defer f.Close()
+		buf := make([]byte, min(int64(wire.MaxBackupChunk), bf.size-r.Offset))
+		if _, err := f.ReadAt(buf, r.Offset); err != nil && err != io.EOF {
+			return adminError(r.RequestID, wire.Errorf(wire.CodeStorage, "backup: %v", err))
+		}
+		return wire.AdminResult{OK: true, BackupID: r.BackupID, Size: bf.size, Data: buf, EOF: r.Offset+int64(len(buf)) >= bf.size}
+	case "close":
+		if s.backups.get(p.ID, r.BackupID) == nil {
+			return adminError(r.RequestID, wire.Errorf(wire.CodeNotFound, "no open backup %q", r.BackupID))
+		}
+		s.backups.remove(r.BackupID)
+		return wire.AdminResult{OK: true, BackupID: r.BackupID}
+	}
+	return adminError(r.RequestID, wire.Errorf(wire.CodeInvalidArgument, "step must be open, read or close"))
+}
