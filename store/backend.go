@@ -67,6 +67,7 @@ type change struct {
 	ns    string
 	key   string
 	entry *wire.Entry // put and touch
+	json  []byte      // put and touch: the entry's JSON encoding
 }
 
 // nsCounter is a namespace's persisted metadata after a batch.

@@ -380,11 +380,7 @@ func (b *boltBackend) commit(bt *batch) error {
 		for _, c := range bt.changes {
 			switch c.kind {
 			case changePut, changeTouch:
-				v, err := json.Marshal(c.entry)
-				if err != nil {
-					return err
-				}
-				if err := entries.Put(entryKey(c.ns, c.key), v); err != nil {
+				if err := entries.Put(entryKey(c.ns, c.key), c.json); err != nil {
 					return err
 				}
 			case changeDelete, changeExpire:
@@ -408,6 +404,7 @@ func (b *boltBackend) commit(bt *batch) error {
 			return nil
 		}
 		ab := tx.Bucket(bucketAudit)
+		ab.FillPercent = 1.0 // keys only ever append: fill pages instead of splitting them in half
 		for i := range bt.audit {
 			v, _ := json.Marshal(&bt.audit[i])
 			if err := ab.Put(seqKey(bt.audit[i].Seq), v); err != nil {

@@ -119,11 +119,17 @@ func (s *Store) nextExpiry() time.Duration {
 	return wait + time.Millisecond // expiry is inclusive: at atMs the entry is already gone
 }
 
+// encodeEntry is an entry's JSON encoding, made once per committed version.
+func encodeEntry(e *wire.Entry) []byte {
+	return wire.AppendEntry(make([]byte, 0, len(e.Document)+256), e)
+}
+
 // stagedOp is one change of a batch, in commit order.
 type stagedOp struct {
 	kind      changeKind
 	ns, key   string
 	entry     *wire.Entry // put and touch
+	json      []byte      // put and touch: the entry's JSON encoding, made once
 	revision  uint64      // the namespace revision it commits at (put, delete, expire)
 	principal string
 	m         *mutation // nil for an expiry
@@ -269,7 +275,7 @@ func (st *stage) stagePut(m *mutation) (*wire.Entry, error) {
 		e.TTLMs, e.ExpiresAtMs = m.ttlMs, st.now+m.ttlMs
 	}
 	st.set(m.ns, m.key, cur, e)
-	st.ops = append(st.ops, stagedOp{kind: changePut, ns: m.ns, key: m.key, entry: e, revision: e.Revision, principal: m.principal, m: m})
+	st.ops = append(st.ops, stagedOp{kind: changePut, ns: m.ns, key: m.key, entry: e, json: encodeEntry(e), revision: e.Revision, principal: m.principal, m: m})
 	return e, nil
 }
 
@@ -302,7 +308,7 @@ func (st *stage) stageTouch(m *mutation) (*wire.Entry, error) {
 	e := *cur
 	e.ExpiresAtMs = st.now + e.TTLMs
 	st.set(m.ns, m.key, cur, &e)
-	st.ops = append(st.ops, stagedOp{kind: changeTouch, ns: m.ns, key: m.key, entry: &e, principal: m.principal, m: m})
+	st.ops = append(st.ops, stagedOp{kind: changeTouch, ns: m.ns, key: m.key, entry: &e, json: encodeEntry(&e), principal: m.principal, m: m})
 	return &e, nil
 }
 
@@ -390,7 +396,7 @@ func (s *Store) persist(st *stage) error {
 	for _, op := range st.ops {
 		n := st.spaces[op.ns]
 		if !n.settings {
-			bt.changes = append(bt.changes, change{kind: op.kind, ns: op.ns, key: op.key, entry: op.entry})
+			bt.changes = append(bt.changes, change{kind: op.kind, ns: op.ns, key: op.key, entry: op.entry, json: op.json})
 			bt.namespaces[op.ns] = nsCounter{Revision: n.revision, Entries: n.count, Bytes: n.bytes}
 		}
 		if op.kind == changeTouch {
@@ -504,7 +510,7 @@ func (s *Store) apply(st *stage) {
 		ev := &Event{Revision: op.revision, Key: op.key}
 		switch op.kind {
 		case changePut:
-			ev.Kind, ev.Entry = wire.UpdatePut, op.entry
+			ev.Kind, ev.Entry, ev.entryJSON = wire.UpdatePut, op.entry, op.json
 		case changeDelete:
 			ev.Kind = wire.UpdateDelete
 		case changeExpire:

@@ -86,13 +86,14 @@ func (s *Store) Put(ctx context.Context, p policy.Principal, req wire.PutRequest
 	if err := s.serving(); err != nil {
 		return wire.Entry{}, err
 	}
-	if err := req.Validate(); err != nil {
+	doc, err := req.ValidateCompact()
+	if err != nil {
 		return wire.Entry{}, err
 	}
 	if err := policy.CheckWrite(p, req.Namespace); err != nil {
 		return wire.Entry{}, err
 	}
-	return s.put(ctx, p.ID, req)
+	return s.put(ctx, p.ID, req, doc)
 }
 
 // PutSystem writes an entry of the system namespace on the server's own behalf (worker status from
@@ -102,7 +103,8 @@ func (s *Store) PutSystem(ctx context.Context, owner string, req wire.PutRequest
 	if err := s.serving(); err != nil {
 		return wire.Entry{}, err
 	}
-	if err := req.Validate(); err != nil {
+	doc, err := req.ValidateCompact()
+	if err != nil {
 		return wire.Entry{}, err
 	}
 	if req.Namespace != string(wire.KindSystem) {
@@ -111,10 +113,11 @@ func (s *Store) PutSystem(ctx context.Context, owner string, req wire.PutRequest
 	if !wire.ValidPrincipalID(owner) {
 		return wire.Entry{}, wire.Errorf(wire.CodeInvalidArgument, "invalid owner %q", owner)
 	}
-	return s.put(ctx, owner, req)
+	return s.put(ctx, owner, req, doc)
 }
 
-func (s *Store) put(ctx context.Context, owner string, req wire.PutRequest) (wire.Entry, error) {
+// put runs checks 3 to 6 of a validated request whose compact document is doc.
+func (s *Store) put(ctx context.Context, owner string, req wire.PutRequest, doc []byte) (wire.Entry, error) {
 	m := &mutation{kind: mutPut, principal: owner, ns: req.Namespace, key: req.Key, schema: req.Schema,
 		expected: req.ExpectedRevision, guard: req.Guard}
 	if req.TTLMs != nil && *req.TTLMs > 0 {
@@ -126,10 +129,6 @@ func (s *Store) put(ctx context.Context, owner string, req wire.PutRequest) (wir
 			return wire.Entry{}, wire.Errorf(wire.CodeTTLInvalid, "ttl_ms %d is under 1000", ttl)
 		}
 		m.ttlMs = min(ttl, MaxTTLMs)
-	}
-	doc, err := wire.CompactDocument(req.Document)
-	if err != nil {
-		return wire.Entry{}, err
 	}
 	if int64(len(doc)) > s.opts.Bounds.MaxDocumentBytes {
 		return wire.Entry{}, wire.Errorf(wire.CodeTooLarge, "document is %d bytes (max_document_bytes %d)", len(doc), s.opts.Bounds.MaxDocumentBytes)

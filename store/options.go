@@ -60,7 +60,7 @@ func (nopObserver) CommitFailed()                {}
 func (nopObserver) WatchClosed(wire.CloseReason) {}
 
 // DefaultAuditRetention is the default number of audit records kept.
-const DefaultAuditRetention = 8192
+const DefaultAuditRetention = 4096
 
 // auditPruneSlack is how far the audit log may grow past its retention before a prune runs, so pruning
 // is amortised over many commits.

@@ -18,26 +18,28 @@ type Event struct {
 	Revision uint64
 	Kind     wire.UpdateKind
 	Key      string
-	Entry    *wire.Entry // PUT only
-	tail     []byte      // `"revision":..,"kind":..,"key":..[,"entry":..]}`, made at the first match
+	Entry     *wire.Entry // PUT only
+	entryJSON []byte      // Entry's encoding, when the committer made it
+	tail      []byte      // `"revision":..,"kind":..,"key":..[,"entry":..]}`, made at the first match
 }
 
 func (ev *Event) encodeTail() {
 	if ev.tail != nil {
 		return
 	}
-	b := make([]byte, 0, 64+len(ev.Key))
+	if ev.Entry != nil && ev.entryJSON == nil {
+		ev.entryJSON = encodeEntry(ev.Entry)
+	}
+	b := make([]byte, 0, 64+len(ev.Key)+len(ev.entryJSON))
 	b = append(b, `"revision":`...)
 	b = strconv.AppendUint(b, ev.Revision, 10)
 	b = append(b, `,"kind":"`...)
 	b = append(b, ev.Kind...)
 	b = append(b, `","key":`...)
-	k, _ := json.Marshal(ev.Key)
-	b = append(b, k...)
+	b = wire.AppendString(b, ev.Key)
 	if ev.Entry != nil {
-		e, _ := json.Marshal(ev.Entry)
 		b = append(b, `,"entry":`...)
-		b = append(b, e...)
+		b = append(b, ev.entryJSON...)
 	}
 	ev.tail = append(b, '}')
 }
@@ -88,9 +90,17 @@ type watch struct {
 	ns        string
 	prefix    string
 	sink      Sink
-	seq       uint64      // highest sequence sent
-	acked     uint64      // highest sequence acknowledged
-	sentAt    []time.Time // send time of each unacknowledged sequence, acked+1 first
+	seq       uint64  // highest sequence sent
+	acked     uint64  // highest sequence acknowledged
+	sentAt    []int64 // ring of send times (monotonic ns): sequence q at sentAt[q % len]
+}
+
+// oldestUnacked is the send time of the oldest unacknowledged update; ok is false when none is.
+func (w *watch) oldestUnacked() (int64, bool) {
+	if w.seq == w.acked {
+		return 0, false
+	}
+	return w.sentAt[(w.acked+1)%uint64(len(w.sentAt))], true
 }
 
 // registry holds the live watches. Its lock is taken after Store.mu when both are held.
@@ -171,7 +181,7 @@ func (r *registry) fanout(ns string, ev *Event) {
 	if len(set) == 0 {
 		return
 	}
-	var now time.Time
+	var now int64
 	for w := range set {
 		if !strings.HasPrefix(ev.Key, w.prefix) {
 			continue
@@ -180,24 +190,24 @@ func (r *registry) fanout(ns string, ev *Event) {
 			r.closeLocked(w, wire.CloseOverflow, "more than max_pending_updates updates are unacknowledged")
 			continue
 		}
-		if now.IsZero() {
-			now = time.Now()
+		if now == 0 {
+			now = monoNow()
 			ev.encodeTail()
 		}
 		w.seq++
-		w.sentAt = append(w.sentAt, now)
+		w.sentAt[w.seq%uint64(len(w.sentAt))] = now
 		w.sink(Message{WatchID: w.key.id, Sequence: w.seq, Event: ev})
 	}
 }
 
 // expireAcks closes with ACK_TIMEOUT every watch whose oldest unacknowledged update is older than the
 // ack deadline.
-func (r *registry) expireAcks(now time.Time) {
+func (r *registry) expireAcks(now int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	limit := time.Duration(r.bounds.AckDeadlineMs) * time.Millisecond
+	limit := r.bounds.AckDeadlineMs * int64(time.Millisecond)
 	for _, w := range r.byID {
-		if len(w.sentAt) > 0 && now.Sub(w.sentAt[0]) > limit {
+		if oldest, ok := w.oldestUnacked(); ok && now-oldest > limit {
 			r.closeLocked(w, wire.CloseAckTimeout, "the oldest update was not acknowledged within ack_deadline_ms")
 		}
 	}
@@ -211,6 +221,12 @@ func (r *registry) closeAll(reason wire.CloseReason, msg string) {
 	}
 }
 
+// monoStart anchors monoNow.
+var monoStart = time.Now()
+
+// monoNow is monotonic nanoseconds since process start (never 0 in practice).
+func monoNow() int64 { return int64(time.Since(monoStart)) + 1 }
+
 // janitor enforces the ack deadline, so an ACK_TIMEOUT close comes well within 1 s of it.
 func (s *Store) janitor() {
 	defer s.wg.Done()
@@ -222,8 +238,8 @@ func (s *Store) janitor() {
 		select {
 		case <-s.stop:
 			return
-		case now := <-t.C:
-			s.watches.expireAcks(now)
+		case <-t.C:
+			s.watches.expireAcks(monoNow())
 		}
 	}
 }
@@ -295,14 +311,27 @@ func (s *Store) tryWatch(p policy.Principal, req wire.WatchRequest, sink Sink, m
 	if size := snapshotSize(ws); size > s.opts.Bounds.MaxSnapshotBytes {
 		return nil, false, wire.Errorf(wire.CodeWatchTooBroad, "the snapshot encodes to %d bytes (max_snapshot_bytes %d); narrow the prefix", size, s.opts.Bounds.MaxSnapshotBytes)
 	}
-	r.addLocked(&watch{key: k, principal: p, ns: req.Namespace, prefix: req.KeyPrefix, sink: sink})
+	r.addLocked(&watch{key: k, principal: p, ns: req.Namespace, prefix: req.KeyPrefix, sink: sink,
+		sentAt: make([]int64, s.opts.Bounds.MaxPendingUpdates)})
 	return ws, false, nil
 }
 
-// snapshotSize is the length of the encoded watch reply: the StateStoreResult carrying ws.
+// snapshotSize is the length of the encoded watch reply: the StateStoreResult carrying ws, with the
+// largest request_id.
 func snapshotSize(ws *wire.WatchState) int64 {
-	b, _ := json.Marshal(wire.Result{RequestID: wire.MaxSafeInteger, OK: true, Watch: ws})
-	return int64(len(b))
+	head := *ws
+	head.Entries = []wire.Entry{}
+	b, _ := json.Marshal(wire.Result{RequestID: wire.MaxSafeInteger, OK: true, Watch: &head})
+	size := int64(len(b))
+	var scratch []byte
+	for i := range ws.Entries {
+		scratch = wire.AppendEntry(scratch[:0], &ws.Entries[i])
+		size += int64(len(scratch))
+	}
+	if n := int64(len(ws.Entries)); n > 1 {
+		size += n - 1 // commas
+	}
+	return size
 }
 
 // Ack records that the watch's client applied every update up to req.AppliedSequence. An ack below an
@@ -328,7 +357,6 @@ func (s *Store) Ack(ctx context.Context, p policy.Principal, req wire.AckRequest
 	if seq > w.seq {
 		return wire.Errorf(wire.CodeInvalidArgument, "applied_sequence %d is above the highest sent %d", seq, w.seq)
 	}
-	w.sentAt = w.sentAt[seq-w.acked:]
 	w.acked = seq
 	return nil
 }

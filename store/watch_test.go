@@ -345,3 +345,17 @@ func TestUnwatchStopsDelivery(t *testing.T) {
 		t.Fatalf("second unwatch: %v", err)
 	}
 }
+
+func TestSnapshotSizeIsTheEncodedReply(t *testing.T) {
+	for n := range 4 {
+		ws := &wire.WatchState{WatchID: "w", Namespace: "service/x", KeyPrefix: "a/", SnapshotRevision: 7, Entries: []wire.Entry{}}
+		for i := range n {
+			ws.Entries = append(ws.Entries, wire.Entry{Namespace: "service/x", Key: fmt.Sprintf("a/%d", i), Schema: "keeppeek.lease.v1",
+				Owner: "coordinator", Revision: uint64(i + 1), TTLMs: int64(i * 1000), ExpiresAtMs: int64(i * 5000), Document: json.RawMessage(`{"holder":"w","claimed_at_ms":1}`)})
+		}
+		b, _ := json.Marshal(wire.Result{RequestID: wire.MaxSafeInteger, OK: true, Watch: ws})
+		if got := snapshotSize(ws); got != int64(len(b)) {
+			t.Fatalf("%d entries: snapshotSize %d, encoded reply %d bytes", n, got, len(b))
+		}
+	}
+}

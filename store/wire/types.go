@@ -378,25 +378,33 @@ func (r *GetRequest) Validate() error {
 // Validate checks shape and identifiers. It does not check TTL bounds other than the sign, size or
 // schema: those are later checks.
 func (r *PutRequest) Validate() error {
+	_, err := r.ValidateCompact()
+	return err
+}
+
+// ValidateCompact is Validate that also returns the document's compact encoding, so a caller that
+// needs it compacts the document once.
+func (r *PutRequest) ValidateCompact() ([]byte, error) {
 	if err := checkRequestID(r.RequestID); err != nil {
-		return err
+		return nil, err
 	}
 	if err := checkNamespaceKey(r.Namespace, r.Key); err != nil {
-		return err
+		return nil, err
 	}
 	if r.Schema == "" {
-		return Errorf(CodeInvalidArgument, "schema is required")
+		return nil, Errorf(CodeInvalidArgument, "schema is required")
 	}
-	if _, err := CompactDocument(r.Document); err != nil {
-		return err
+	doc, err := CompactDocument(r.Document)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkExpected(r.ExpectedRevision); err != nil {
-		return err
+		return nil, err
 	}
 	if r.TTLMs != nil && (*r.TTLMs < 0 || *r.TTLMs > MaxSafeInteger) {
-		return Errorf(CodeInvalidArgument, "ttl_ms must be between 0 and 2^53-1")
+		return nil, Errorf(CodeInvalidArgument, "ttl_ms must be between 0 and 2^53-1")
 	}
-	return checkGuard(r.Guard, r.Key)
+	return doc, checkGuard(r.Guard, r.Key)
 }
 
 // Validate checks shape and identifiers; expected_revision 0 on delete is INVALID_ARGUMENT.

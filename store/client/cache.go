@@ -1,0 +1,573 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// Resync backoff bounds: the first failed re-watch waits CacheOptions.ResyncBackoff (default
+// DefaultResyncBackoff), each further one twice as long, up to MaxResyncBackoff.
+const (
+	DefaultResyncBackoff = 100 * time.Millisecond
+	MaxResyncBackoff     = 5 * time.Second
+)
+
+// DefaultCheckInterval is how often an idle Cache checks that its watch is still live.
+const DefaultCheckInterval = 5 * time.Second
+
+// ackEvery bounds how many applied updates may wait for an ack within one batch; well below the
+// default max_pending_updates (32), after which the server closes the watch with OVERFLOW.
+const ackEvery = 16
+
+// ErrCacheClosed is returned by WaitForRevision once the cache is closed.
+var ErrCacheClosed = errors.New("store/client: cache closed")
+
+// CacheOptions configure a Cache. Namespace is required; the rest is optional.
+type CacheOptions struct {
+	// Namespace is the watched namespace.
+	Namespace string
+	// KeyPrefix narrows the watch to keys starting with it (empty: all keys). A snapshot is bounded
+	// (max_snapshot_entries, max_snapshot_bytes): a prefix that matches more is WATCH_TOO_BROAD.
+	KeyPrefix string
+	// WatchID is the watch's id, [A-Za-z0-9_-]{1,64}, unique among the principal's live watches.
+	// Default: "cache-" and 16 random hex digits. A fixed id lets a restarted process take over the
+	// watch its predecessor left behind (WATCH_EXISTS is handled by unwatching it).
+	WatchID string
+	// Handlers are called for every change the cache applies, in order.
+	Handlers Handlers
+	// Logger logs resyncs and failed re-watches. Default: the client's logger.
+	Logger *slog.Logger
+	// ResyncBackoff is the wait after the first failed re-watch attempt; it doubles per failure up to
+	// MaxResyncBackoff. Default DefaultResyncBackoff (100 ms).
+	ResyncBackoff time.Duration
+	// CheckInterval is how often a cache that sent no ack since the last check re-acknowledges its
+	// last applied sequence, to learn whether its watch still exists: a watch can vanish without a
+	// message reaching the cache (a state server that crashed behind a NATS cluster that stayed up, an
+	// unwatch by another client of the principal), and a cache that waited for the next update would
+	// then wait forever. A failed check resyncs. Default DefaultCheckInterval (5 s); negative: never.
+	CheckInterval time.Duration
+}
+
+// Handlers observe a Cache. Every field is optional. They are called from the cache's goroutine, one
+// at a time, in the order the changes were applied, after the cache holds the change (a handler that
+// calls Get sees it). A handler must not block for long: updates wait, unacknowledged, while it runs,
+// and the server closes a watch whose updates go unacknowledged (the cache then resyncs). A handler
+// must not call Close or wait (WaitForRevision) on its own cache: the cache waits for the handler.
+type Handlers struct {
+	// OnPut is called with the entry of each applied PUT update.
+	OnPut func(e wire.Entry)
+	// OnDelete is called for each applied DELETE update with the key and the namespace revision of
+	// the delete.
+	OnDelete func(key string, rev uint64)
+	// OnExpire is called for each applied EXPIRE update (a lease elapsed). The key may be one the
+	// cache never held: an entry already due when a snapshot was taken is left out of it, and its
+	// expiry then arrives as an update.
+	OnExpire func(key string, rev uint64)
+	// OnResync is called with every snapshot the cache installs, the first one included, after it
+	// replaced the cached entries: snapshot is every entry (key order) at revision rev. Changes that
+	// fell between the previous state and the snapshot get no OnPut, OnDelete or OnExpire call.
+	OnResync func(snapshot []wire.Entry, rev uint64)
+}
+
+// Cache is a gap-free, read-only local copy of the entries of one namespace under a key prefix, kept
+// current by a watch (SPEC sections 7.4 and 7.5). It applies an update only when its watch_sequence
+// is exactly one above the last applied, acknowledges what it applied, and on a sequence gap, a
+// CLOSED message, a NATS disconnect or reconnect, an update that makes no sense, or a failed ack, it
+// unwatches, watches again with the same watch id (retrying with backoff) and replaces its entries
+// only once the new snapshot is in: readers never see a half-empty cache. Its methods are safe for
+// concurrent use. Close stops it.
+type Cache struct {
+	c        *Client
+	ns       string
+	prefix   string
+	watchID  string
+	h        Handlers
+	log      *slog.Logger
+	backoff0 time.Duration
+	check    time.Duration
+
+	mu      sync.RWMutex
+	entries map[string]wire.Entry
+	rev     uint64
+	changed chan struct{} // closed and replaced whenever rev changes
+
+	resyncs atomic.Uint64
+
+	ctx       context.Context // the cache's lifetime
+	cancel    context.CancelFunc
+	done      chan struct{} // closed when run returns
+	closeOnce sync.Once
+	closeErr  error
+
+	// Owned by the run goroutine.
+	status    chan nats.Status
+	sub       *nats.Subscription // the current incarnation's subscription, nil between them
+	in        *inbox
+	tr        tracker
+	acked     uint64
+	ackSent   bool // an ack (or a snapshot) since the last liveness check
+	installed bool // the first snapshot is in
+}
+
+// NewCache starts a Cache and returns once its first snapshot is installed. Transient failures
+// (no state server answering, UNAVAILABLE, a timeout, a watch id still live) are retried with backoff
+// until ctx ends; any other failure (PERMISSION_DENIED, WATCH_TOO_BROAD, INVALID_ARGUMENT, ...) is
+// returned at once. ctx bounds only this wait; the cache runs until Close.
+func (c *Client) NewCache(ctx context.Context, o CacheOptions) (*Cache, error) {
+	if !wire.ValidNamespace(o.Namespace) {
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "invalid namespace %q", o.Namespace)
+	}
+	if !wire.ValidKeyPrefix(o.KeyPrefix) {
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "invalid key_prefix %q", o.KeyPrefix)
+	}
+	if o.WatchID == "" {
+		o.WatchID = "cache-" + randomHex(8)
+	}
+	if !wire.ValidWatchID(o.WatchID) {
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "invalid watch_id %q", o.WatchID)
+	}
+	if o.ResyncBackoff < 0 {
+		return nil, fmt.Errorf("store/client: negative ResyncBackoff %v", o.ResyncBackoff)
+	}
+	if o.ResyncBackoff == 0 {
+		o.ResyncBackoff = DefaultResyncBackoff
+	}
+	if o.CheckInterval == 0 {
+		o.CheckInterval = DefaultCheckInterval
+	}
+	if o.Logger == nil {
+		o.Logger = c.log
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	k := &Cache{
+		c: c, ns: o.Namespace, prefix: o.KeyPrefix, watchID: o.WatchID, h: o.Handlers,
+		log:      o.Logger.With("namespace", o.Namespace, "key_prefix", o.KeyPrefix, "watch_id", o.WatchID),
+		backoff0: min(o.ResyncBackoff, MaxResyncBackoff), check: o.CheckInterval,
+		entries: map[string]wire.Entry{}, changed: make(chan struct{}),
+		ctx: lctx, cancel: cancel, done: make(chan struct{}),
+		status: c.nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED),
+	}
+	first := make(chan error, 1)
+	go k.run(first)
+	select {
+	case err := <-first:
+		if err != nil {
+			<-k.done
+			return nil, err
+		}
+		return k, nil
+	case <-ctx.Done():
+		_ = k.Close()
+		return nil, ctx.Err()
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}
+
+// WatchID returns the id of the cache's watch.
+func (k *Cache) WatchID() string { return k.watchID }
+
+// Get returns the cached entry of key.
+func (k *Cache) Get(key string) (wire.Entry, bool) {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	e, ok := k.entries[key]
+	return e, ok
+}
+
+// List returns every cached entry in bytewise key order.
+func (k *Cache) List() []wire.Entry {
+	k.mu.RLock()
+	out := slices.Collect(maps.Values(k.entries))
+	k.mu.RUnlock()
+	slices.SortFunc(out, func(a, b wire.Entry) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// Revision returns the namespace revision the cache reflects: the snapshot_revision of the last
+// installed snapshot, then the revision of each update applied after it. Only changes under the key
+// prefix move it. After a restore (a new epoch) it can be lower than before.
+func (k *Cache) Revision() uint64 {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.rev
+}
+
+// WaitForRevision returns once Revision() >= rev, so a writer can wait until the cache shows its own
+// write (the revision of the stored entry, or of the delete). rev must be the revision of a change
+// under the cache's prefix, or at most one the cache has already seen: other changes of the namespace
+// do not reach the cache. It returns ctx's error when ctx ends first, and ErrCacheClosed when the
+// cache is closed.
+func (k *Cache) WaitForRevision(ctx context.Context, rev uint64) error {
+	for {
+		k.mu.RLock()
+		cur, ch := k.rev, k.changed
+		k.mu.RUnlock()
+		if cur >= rev {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-k.done:
+			return ErrCacheClosed
+		}
+	}
+}
+
+// Resyncs returns how many snapshots the cache installed after its first.
+func (k *Cache) Resyncs() uint64 { return k.resyncs.Load() }
+
+// Close stops the cache's goroutine, unwatches and unsubscribes. The cached entries stay readable.
+// It returns the unwatch error, if any other than NOT_FOUND or a closed connection; later calls
+// return the same.
+func (k *Cache) Close() error {
+	k.closeOnce.Do(func() {
+		k.cancel()
+		<-k.done
+	})
+	return k.closeErr
+}
+
+// run owns the watch: it installs snapshots, applies updates and resyncs until the cache is closed.
+// It reports the outcome of the first snapshot on first.
+func (k *Cache) run(first chan<- error) {
+	defer close(k.done)
+	defer k.shutdown()
+	if err := k.resync("start"); err != nil {
+		first <- err
+		return
+	}
+	first <- nil
+	var tick <-chan time.Time
+	if k.check > 0 {
+		t := time.NewTicker(k.check)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		var ready chan struct{}
+		if k.in != nil {
+			ready = k.in.ready
+		}
+		select {
+		case <-k.ctx.Done():
+			return
+		case <-tick:
+			if k.ackSent {
+				k.ackSent = false
+				continue
+			}
+			err := k.ack()
+			k.ackSent = false // a check is not activity
+			if err != nil {
+				if k.ctx.Err() != nil {
+					return
+				}
+				if k.resync("liveness check: "+err.Error()) != nil {
+					return
+				}
+			}
+		case <-ready:
+			if err := k.drain(); err != nil {
+				if k.ctx.Err() != nil {
+					return
+				}
+				if k.resync(err.Error()) != nil {
+					return
+				}
+			}
+		case s, ok := <-k.status:
+			if !ok {
+				k.status = nil
+				continue
+			}
+			if k.resync("NATS connection "+s.String()) != nil {
+				return
+			}
+		}
+	}
+}
+
+// shutdown ends the last incarnation; it runs on the run goroutine as it returns.
+func (k *Cache) shutdown() {
+	if k.status != nil {
+		k.c.nc.RemoveStatusListener(k.status)
+	}
+	if k.sub != nil {
+		_ = k.sub.Unsubscribe()
+		k.sub, k.in = nil, nil
+	}
+	// Unwatch even without a live incarnation: a watch request cut short by Close may still have
+	// registered the watch on the server.
+	if k.c.nc.IsClosed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), k.c.timeout)
+	defer cancel()
+	if err := k.c.Unwatch(ctx, k.watchID); err != nil && !errors.Is(err, wire.ErrNotFound) && !errors.Is(err, nats.ErrConnectionClosed) {
+		k.closeErr = err
+	}
+}
+
+// drain applies every message that arrived for the current incarnation, acknowledging as it goes.
+// An error means the watch can no longer be trusted: resync.
+func (k *Cache) drain() error {
+	for _, data := range k.in.take() {
+		m, err := decodeWatchMessage(k.watchID, data)
+		if err != nil {
+			return err
+		}
+		v, err := k.tr.check(&m)
+		switch v {
+		case skip:
+			k.log.Debug("state cache skipped a leftover of the previous watch", "watch_sequence", m.WatchSequence, "revision", m.Revision)
+			continue
+		case resync:
+			return err
+		}
+		k.applyUpdate(&m)
+		if k.tr.seq-k.acked >= ackEvery {
+			if err := k.ack(); err != nil {
+				return err
+			}
+		}
+	}
+	if k.tr.seq > k.acked {
+		return k.ack()
+	}
+	return nil
+}
+
+func (k *Cache) ack() error {
+	if err := k.c.Ack(k.ctx, k.watchID, k.tr.seq); err != nil {
+		return fmt.Errorf("ack %d: %w", k.tr.seq, err)
+	}
+	k.acked, k.ackSent = k.tr.seq, true
+	return nil
+}
+
+// applyUpdate applies one update the tracker accepted and calls its handler.
+func (k *Cache) applyUpdate(m *wire.WatchMessage) {
+	k.mu.Lock()
+	if m.Kind == wire.UpdatePut {
+		k.entries[m.Key] = *m.Entry
+	} else {
+		delete(k.entries, m.Key)
+	}
+	k.setRevLocked(m.Revision)
+	k.mu.Unlock()
+	switch m.Kind {
+	case wire.UpdatePut:
+		if k.h.OnPut != nil {
+			k.h.OnPut(*m.Entry)
+		}
+	case wire.UpdateDelete:
+		if k.h.OnDelete != nil {
+			k.h.OnDelete(m.Key, m.Revision)
+		}
+	case wire.UpdateExpire:
+		if k.h.OnExpire != nil {
+			k.h.OnExpire(m.Key, m.Revision)
+		}
+	}
+}
+
+func (k *Cache) setRevLocked(rev uint64) {
+	k.rev = rev
+	close(k.changed)
+	k.changed = make(chan struct{})
+}
+
+// resync drops the current incarnation and watches again until a snapshot is installed. Before the
+// first snapshot it gives up on a failure that is not transient; afterwards it retries everything,
+// with backoff, until the cache is closed (its only error then is the context's).
+func (k *Cache) resync(reason string) error {
+	if k.installed {
+		k.log.Info("state cache resyncing", "reason", reason)
+	}
+	k.dropIncarnation()
+	backoff := k.backoff0
+	existsRetried := false
+	for {
+		if err := k.ctx.Err(); err != nil {
+			return err
+		}
+		if k.c.nc.IsClosed() {
+			if !k.installed {
+				return fmt.Errorf("store/client: watch %s: %w", k.watchID, nats.ErrConnectionClosed)
+			}
+			k.log.Warn("state cache stopped following: the NATS connection is closed")
+			<-k.ctx.Done()
+			return k.ctx.Err()
+		}
+		k.drainStatus()
+		err := k.attempt()
+		if err == nil {
+			return nil
+		}
+		if k.ctx.Err() != nil {
+			return k.ctx.Err()
+		}
+		if !k.installed && !transient(err) {
+			return err
+		}
+		if errors.Is(err, wire.ErrWatchExists) {
+			// The previous incarnation (or a predecessor's watch of the same id) is still live.
+			uerr := k.unwatch()
+			if !existsRetried && (uerr == nil || errors.Is(uerr, wire.ErrNotFound)) {
+				existsRetried = true
+				continue
+			}
+		}
+		k.log.Warn("state cache watch failed; retrying", "err", err, "backoff", backoff)
+		if !k.sleep(backoff) {
+			return k.ctx.Err()
+		}
+		backoff = min(2*backoff, MaxResyncBackoff)
+	}
+}
+
+// transient reports whether a failed watch is worth retrying before the first snapshot.
+func transient(err error) bool {
+	switch wire.CodeOf(err) {
+	case wire.CodeUnavailable, wire.CodeWatchExists:
+		return true
+	case "":
+		return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+			errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
+	}
+	return false
+}
+
+// sleep waits d, or less when the connection status changes; false when the cache is closed.
+func (k *Cache) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-k.ctx.Done():
+		return false
+	case <-t.C:
+	case _, ok := <-k.status:
+		if !ok {
+			k.status = nil
+		}
+	}
+	return true
+}
+
+// drainStatus discards status changes already seen: the attempt that follows starts after them.
+func (k *Cache) drainStatus() {
+	for {
+		select {
+		case _, ok := <-k.status:
+			if !ok {
+				k.status = nil
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
+// dropIncarnation unsubscribes the current incarnation and unwatches it, ignoring errors (it may be
+// closed already). Messages still in flight for it are dropped with its inbox.
+func (k *Cache) dropIncarnation() {
+	if k.sub == nil {
+		return
+	}
+	_ = k.sub.Unsubscribe()
+	k.sub, k.in = nil, nil
+	_ = k.unwatch()
+}
+
+func (k *Cache) unwatch() error { return k.c.Unwatch(k.ctx, k.watchID) }
+
+// attempt subscribes, requests the watch and, when the snapshot is sound, installs it as the new
+// incarnation.
+func (k *Cache) attempt() error {
+	in := newInbox()
+	sub, err := k.c.nc.Subscribe(k.c.watchSubject(k.watchID), in.push)
+	if err != nil {
+		return fmt.Errorf("store/client: subscribe to watch %s: %w", k.watchID, err)
+	}
+	ws, err := k.c.watchRequest(k.ctx, wire.WatchRequest{WatchID: k.watchID, Namespace: k.ns, KeyPrefix: k.prefix})
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return err
+	}
+	if err := checkSnapshot(ws); err != nil {
+		_ = sub.Unsubscribe()
+		_ = k.unwatch()
+		return fmt.Errorf("store/client: watch reply: %w", err)
+	}
+	entries := make(map[string]wire.Entry, len(ws.Entries))
+	for _, e := range ws.Entries {
+		entries[e.Key] = e
+	}
+	k.mu.Lock()
+	if k.installed {
+		k.resyncs.Add(1) // before waiters wake: one that sees the new state sees the count too
+	}
+	k.entries = entries
+	k.setRevLocked(ws.SnapshotRevision)
+	k.mu.Unlock()
+	k.sub, k.in, k.tr, k.acked, k.ackSent = sub, in, newTracker(ws), 0, true
+	if k.installed {
+		k.log.Info("state cache resynced", "snapshot_revision", ws.SnapshotRevision, "entries", len(ws.Entries))
+	}
+	k.installed = true
+	if k.h.OnResync != nil {
+		k.h.OnResync(ws.Entries, ws.SnapshotRevision)
+	}
+	return nil
+}
+
+// inbox holds one incarnation's raw messages, unbounded, in arrival order. The subscription callback
+// pushes; the cache goroutine takes. (The server never has more than max_pending_updates unacknowledged
+// plus one close outstanding, so it stays small.)
+type inbox struct {
+	mu    sync.Mutex
+	msgs  [][]byte
+	ready chan struct{} // one token: messages are waiting
+}
+
+func newInbox() *inbox { return &inbox{ready: make(chan struct{}, 1)} }
+
+func (b *inbox) push(m *nats.Msg) {
+	b.mu.Lock()
+	b.msgs = append(b.msgs, m.Data)
+	b.mu.Unlock()
+	select {
+	case b.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (b *inbox) take() [][]byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	msgs := b.msgs
+	b.msgs = nil
+	return msgs
+}

@@ -1,0 +1,281 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// DefaultRequestTimeout bounds a request whose context has no deadline.
+const DefaultRequestTimeout = 5 * time.Second
+
+type options struct {
+	prefix  string
+	timeout time.Duration
+	logger  *slog.Logger
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+// WithPrefix sets the subject prefix (default wire.DefaultPrefix, "kp"). It must be one or more NATS
+// subject tokens without wildcards.
+func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
+
+// WithRequestTimeout sets how long a request may take when its context has no deadline (default 5 s).
+// A context deadline always wins.
+func WithRequestTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithLogger sets the logger (default: discard). Caches log resyncs and failed re-watches on it.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// Client speaks the state store's request/reply contract for one principal. It is safe for
+// concurrent use.
+type Client struct {
+	nc        *nats.Conn
+	principal string
+	prefix    string
+	timeout   time.Duration
+	log       *slog.Logger
+	lastID    atomic.Int64
+}
+
+// Connect dials NATS for principal the way the state server's permissions require: inbox prefix
+// `_INBOX.<principal>`, a connection name naming the principal, and reconnecting forever. opts come
+// after those defaults, so they may override the name or MaxReconnects, and carry the credentials
+// (nats.UserInfo(principal, password), an nkey, ...); the inbox prefix is always the principal's.
+func Connect(url, principal string, opts ...nats.Option) (*nats.Conn, error) {
+	if !wire.ValidPrincipalID(principal) {
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "invalid principal id %q", principal)
+	}
+	all := make([]nats.Option, 0, len(opts)+3)
+	all = append(all, nats.Name("keeppeek-"+principal), nats.MaxReconnects(-1))
+	all = append(all, opts...)
+	all = append(all, nats.CustomInboxPrefix(wire.InboxPrefix(principal)))
+	nc, err := nats.Connect(url, all...)
+	if err != nil {
+		return nil, fmt.Errorf("store/client: connect %s as %s: %w", url, principal, err)
+	}
+	return nc, nil
+}
+
+// New returns a client that acts as principal over nc. The server takes the principal from the
+// request subject, which NATS permits only to that principal's user, so nc must be authenticated as
+// principal and must use the inbox prefix `_INBOX.<principal>` (Connect sets the prefix; pass the
+// credentials in its options). New cannot verify either: with a wrong inbox prefix, requests time
+// out.
+func New(nc *nats.Conn, principal string, opts ...Option) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("store/client: nil NATS connection")
+	}
+	if !wire.ValidPrincipalID(principal) {
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "invalid principal id %q", principal)
+	}
+	o := options{prefix: wire.DefaultPrefix, timeout: DefaultRequestTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !wire.ValidPrefix(o.prefix) {
+		return nil, fmt.Errorf("store/client: invalid subject prefix %q", o.prefix)
+	}
+	if o.timeout <= 0 {
+		return nil, fmt.Errorf("store/client: request timeout must be positive, got %v", o.timeout)
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.DiscardHandler)
+	}
+	return &Client{nc: nc, principal: principal, prefix: o.prefix, timeout: o.timeout, log: o.logger}, nil
+}
+
+// Principal returns the principal the client acts as.
+func (c *Client) Principal() string { return c.principal }
+
+// Conn returns the NATS connection the client uses.
+func (c *Client) Conn() *nats.Conn { return c.nc }
+
+func (c *Client) requestSubject(op wire.Op) string {
+	return wire.StateSubject(c.prefix, c.principal, op)
+}
+
+func (c *Client) watchSubject(watchID string) string {
+	return wire.WatchSubject(c.prefix, c.principal, watchID)
+}
+
+// nextID returns a fresh request_id (1, 2, ...).
+func (c *Client) nextID() int64 { return c.lastID.Add(1) }
+
+// call sends req (whose request_id is id) on op's subject and returns the ok Result, or the error:
+// a *wire.Error for a failed Result or when no state server answers, the NATS or context error
+// (wrapped) otherwise.
+func (c *Client) call(ctx context.Context, op wire.Op, id int64, req any) (wire.Result, error) {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return wire.Result{}, fmt.Errorf("store/client: encode %s request: %w", op, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	subj := c.requestSubject(op)
+	msg, err := c.nc.RequestWithContext(ctx, subj, data)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return wire.Result{}, wire.Errorf(wire.CodeUnavailable, "no state server answered on %s", subj)
+		}
+		return wire.Result{}, fmt.Errorf("store/client: %s request on %s: %w", op, subj, err)
+	}
+	return parseResult(op, id, msg.Data)
+}
+
+// parseResult decodes a StateStoreResult for the request id sent. A failed Result becomes its
+// *wire.Error; a reply that does not decode, does not echo id, or is not ok without an error object
+// is a protocol error (not a *wire.Error: nothing the caller sent was wrong).
+func parseResult(op wire.Op, id int64, data []byte) (wire.Result, error) {
+	var res wire.Result
+	if err := wire.Decode(data, &res); err != nil {
+		return wire.Result{}, fmt.Errorf("store/client: malformed %s reply: %v", op, err)
+	}
+	if res.RequestID != id {
+		detail := ""
+		if res.Error != nil {
+			detail = " (" + res.Error.Error() + ")"
+		}
+		return wire.Result{}, fmt.Errorf("store/client: %s reply has request_id %d, sent %d%s", op, res.RequestID, id, detail)
+	}
+	if !res.OK {
+		if res.Error == nil || res.Error.Code == "" {
+			return wire.Result{}, fmt.Errorf("store/client: %s reply is not ok and carries no error", op)
+		}
+		return wire.Result{}, res.Error
+	}
+	return res, nil
+}
+
+func protocolError(op wire.Op, format string, args ...any) error {
+	return fmt.Errorf("store/client: %s reply: %s", op, fmt.Sprintf(format, args...))
+}
+
+// Get reads one entry. A missing or expired key is wire.ErrNotFound.
+func (c *Client) Get(ctx context.Context, namespace, key string) (wire.Entry, error) {
+	req := wire.GetRequest{RequestID: c.nextID(), Namespace: namespace, Key: key}
+	res, err := c.call(ctx, wire.OpGet, req.RequestID, &req)
+	if err != nil {
+		return wire.Entry{}, err
+	}
+	if res.Entry == nil {
+		return wire.Entry{}, protocolError(wire.OpGet, "no entry")
+	}
+	return *res.Entry, nil
+}
+
+// Put writes one entry and returns it as stored (revision, owner, expires_at_ms). req.RequestID is
+// set by the client. ExpectedRevision nil is a blind write, 0 create-only, N > 0 compare-and-set.
+func (c *Client) Put(ctx context.Context, req wire.PutRequest) (wire.Entry, error) {
+	req.RequestID = c.nextID()
+	res, err := c.call(ctx, wire.OpPut, req.RequestID, &req)
+	if err != nil {
+		return wire.Entry{}, err
+	}
+	if res.Entry == nil {
+		return wire.Entry{}, protocolError(wire.OpPut, "no entry")
+	}
+	return *res.Entry, nil
+}
+
+// Delete removes one entry and returns the namespace revision of the delete. req.RequestID is set by
+// the client. A missing key is wire.ErrNotFound.
+func (c *Client) Delete(ctx context.Context, req wire.DeleteRequest) (uint64, error) {
+	req.RequestID = c.nextID()
+	res, err := c.call(ctx, wire.OpDelete, req.RequestID, &req)
+	if err != nil {
+		return 0, err
+	}
+	if res.Revision == nil {
+		return 0, protocolError(wire.OpDelete, "no revision")
+	}
+	return *res.Revision, nil
+}
+
+// ListResult is one page of a list: Entries in bytewise key order, NextAfterKey set only when more
+// entries follow (pass it as the next request's AfterKey), and the namespace's revision.
+type ListResult struct {
+	Entries      []wire.Entry
+	NextAfterKey string
+	Revision     uint64
+}
+
+// List reads one page of live entries. req.RequestID is set by the client.
+func (c *Client) List(ctx context.Context, req wire.ListRequest) (ListResult, error) {
+	req.RequestID = c.nextID()
+	res, err := c.call(ctx, wire.OpList, req.RequestID, &req)
+	if err != nil {
+		return ListResult{}, err
+	}
+	if res.Revision == nil {
+		return ListResult{}, protocolError(wire.OpList, "no revision")
+	}
+	entries := res.Entries
+	if entries == nil {
+		entries = []wire.Entry{}
+	}
+	return ListResult{Entries: entries, NextAfterKey: res.NextAfterKey, Revision: *res.Revision}, nil
+}
+
+// Info returns the server's identity, epoch, features and bounds. Any principal may ask.
+func (c *Client) Info(ctx context.Context) (wire.Info, error) {
+	req := wire.InfoRequest{RequestID: c.nextID()}
+	res, err := c.call(ctx, wire.OpInfo, req.RequestID, &req)
+	if err != nil {
+		return wire.Info{}, err
+	}
+	info := wire.Info{ServerID: res.ServerID, Version: res.Version, Epoch: res.Epoch, Features: res.Features}
+	if res.Bounds != nil {
+		info.Bounds = *res.Bounds
+	}
+	return info, nil
+}
+
+// Ack acknowledges that every update of watchID up to seq was applied. An unknown (or closed) watch
+// is wire.ErrNotFound; a sequence below an earlier ack or above the highest sent is
+// wire.ErrInvalidArgument.
+func (c *Client) Ack(ctx context.Context, watchID string, seq uint64) error {
+	if seq > wire.MaxSafeInteger {
+		return wire.Errorf(wire.CodeInvalidArgument, "applied_sequence %d is above 2^53-1", seq)
+	}
+	applied := int64(seq)
+	req := wire.AckRequest{RequestID: c.nextID(), WatchID: watchID, AppliedSequence: &applied}
+	res, err := c.call(ctx, wire.OpAck, req.RequestID, &req)
+	if err != nil {
+		return err
+	}
+	if res.AppliedSequence == nil {
+		return protocolError(wire.OpAck, "no applied_sequence")
+	}
+	if res.WatchID != watchID || *res.AppliedSequence != seq {
+		return protocolError(wire.OpAck, "acknowledges %q up to %d, sent %q up to %d", res.WatchID, *res.AppliedSequence, watchID, seq)
+	}
+	return nil
+}
+
+// Unwatch removes a live watch of this principal; the server sends no close for it. An unknown (or
+// already closed) watch is wire.ErrNotFound.
+func (c *Client) Unwatch(ctx context.Context, watchID string) error {
+	req := wire.UnwatchRequest{RequestID: c.nextID(), WatchID: watchID}
+	res, err := c.call(ctx, wire.OpUnwatch, req.RequestID, &req)
+	if err != nil {
+		return err
+	}
+	if res.WatchID != watchID {
+		return protocolError(wire.OpUnwatch, "names watch %q, sent %q", res.WatchID, watchID)
+	}
+	return nil
+}

@@ -1,0 +1,17 @@
+// Package client is the Go client of the state store's wire contract (SPEC.md sections 5, 7 and 9)
+// over NATS.
+//
+// A Client sends one request per call on `<prefix>.state.v1.<principal>.<op>` and turns a failed
+// StateStoreResult into its *wire.Error, so callers write errors.Is(err, wire.ErrConflict). Update is
+// the reread-merge-retry loop every writer of a shared document needs: read, merge, write with
+// expected_revision, and on CONFLICT read again (never a blind write).
+//
+// Watch is the raw watch primitive: a snapshot, then the updates and the final close in order. Cache is
+// what most code wants instead: a watch kept gap-free. It installs the snapshot, applies updates only in
+// exact sequence order, acknowledges them, and on a gap, a close, a reconnect or anything it cannot
+// make sense of, it watches again and swaps the new snapshot in whole, so readers never see a cache
+// that is half empty or that has skipped an update.
+//
+// The connection must use the principal's inbox prefix `_INBOX.<principal>` (the server's NATS
+// permissions allow no other); Connect sets it.
+package client

@@ -1,0 +1,191 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// Watch is one live watch (SPEC section 7): the snapshot, then the updates and the final close in
+// the order the server sent them. It is the raw primitive; a Cache keeps a watch gap-free for you.
+//
+// The user of a Watch owns its correctness: apply an update only when its watch_sequence is one above
+// the last applied, Ack what was applied (the server closes a watch with more than
+// max_pending_updates unacknowledged), and treat a gap, a CLOSED message, a closed channel and a NATS
+// reconnect (messages published while disconnected are lost) as "watch again". Always call Stop.
+type Watch struct {
+	c    *Client
+	id   string
+	snap *wire.WatchState
+	sub  *nats.Subscription
+
+	out      chan wire.WatchMessage
+	done     chan struct{} // closed by halt: unblocks a pending delivery
+	haltOnce sync.Once
+
+	mu    sync.RWMutex // held for reading while delivering, for writing to end
+	ended bool
+	err   error
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Watch subscribes to the watch's delivery subject, then sends the watch request, so that no update
+// sent after the snapshot can be missed; updates that arrive before the reply wait until it is in.
+// req.RequestID is set by the client; req.WatchID must be a valid watch id (it is a subject token).
+func (c *Client) Watch(ctx context.Context, req wire.WatchRequest) (*Watch, error) {
+	if !wire.ValidWatchID(req.WatchID) {
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "invalid watch_id %q", req.WatchID)
+	}
+	w := &Watch{c: c, id: req.WatchID, out: make(chan wire.WatchMessage, 32), done: make(chan struct{})}
+	sub, err := c.nc.Subscribe(c.watchSubject(req.WatchID), w.deliver)
+	if err != nil {
+		return nil, fmt.Errorf("store/client: subscribe to watch %s: %w", req.WatchID, err)
+	}
+	w.sub = sub
+	ws, err := c.watchRequest(ctx, req)
+	if err != nil {
+		w.halt()
+		_ = sub.Unsubscribe()
+		w.end(nil)
+		return nil, err
+	}
+	w.snap = ws
+	return w, nil
+}
+
+// watchRequest sends the watch request and checks the reply names the watch asked for.
+func (c *Client) watchRequest(ctx context.Context, req wire.WatchRequest) (*wire.WatchState, error) {
+	req.RequestID = c.nextID()
+	res, err := c.call(ctx, wire.OpWatch, req.RequestID, &req)
+	if err != nil {
+		return nil, err
+	}
+	if res.Watch == nil {
+		return nil, protocolError(wire.OpWatch, "no watch")
+	}
+	ws := res.Watch
+	if ws.WatchID != req.WatchID || ws.Namespace != req.Namespace || ws.KeyPrefix != req.KeyPrefix {
+		return nil, protocolError(wire.OpWatch, "watch %q on %s prefix %q answers a request for %q on %s prefix %q",
+			ws.WatchID, ws.Namespace, ws.KeyPrefix, req.WatchID, req.Namespace, req.KeyPrefix)
+	}
+	if ws.Entries == nil {
+		ws.Entries = []wire.Entry{}
+	}
+	return ws, nil
+}
+
+// decodeWatchMessage strictly decodes one message of watchID's delivery subject and checks that it is
+// a well-formed update or close of that watch.
+func decodeWatchMessage(watchID string, data []byte) (wire.WatchMessage, error) {
+	var m wire.WatchMessage
+	if err := wire.Decode(data, &m); err != nil {
+		return m, fmt.Errorf("watch message does not decode: %v", err)
+	}
+	if m.WatchID != watchID {
+		return m, fmt.Errorf("watch message names watch %q, expected %q", m.WatchID, watchID)
+	}
+	switch m.Kind {
+	case wire.UpdateClosed:
+		if m.Reason == "" {
+			return m, errors.New("CLOSED message without a reason")
+		}
+	case wire.UpdatePut, wire.UpdateDelete, wire.UpdateExpire:
+		if m.WatchSequence == 0 {
+			return m, fmt.Errorf("%s update without a watch_sequence", m.Kind)
+		}
+		if m.Key == "" {
+			return m, fmt.Errorf("%s update without a key", m.Kind)
+		}
+		if (m.Kind == wire.UpdatePut) != (m.Entry != nil) {
+			return m, fmt.Errorf("%s update with entry %v", m.Kind, m.Entry != nil)
+		}
+	default:
+		return m, fmt.Errorf("watch message of unknown kind %q", m.Kind)
+	}
+	return m, nil
+}
+
+// deliver is the subscription callback: it runs on the subscription's own goroutine, one message at
+// a time, and may block until the reader takes the message or Stop is called.
+func (w *Watch) deliver(msg *nats.Msg) {
+	m, err := decodeWatchMessage(w.id, msg.Data)
+	w.mu.RLock()
+	if w.ended {
+		w.mu.RUnlock()
+		return
+	}
+	if err == nil {
+		select {
+		case w.out <- m:
+		case <-w.done:
+		}
+	}
+	w.mu.RUnlock()
+	switch {
+	case err != nil:
+		w.c.log.Warn("state watch ended on a bad message", "watch_id", w.id, "err", err)
+		w.end(err)
+	case m.Kind == wire.UpdateClosed:
+		w.end(nil)
+	}
+}
+
+// halt unblocks a pending delivery; nothing more is delivered.
+func (w *Watch) halt() { w.haltOnce.Do(func() { close(w.done) }) }
+
+// end closes Messages once, recording why.
+func (w *Watch) end(err error) {
+	w.halt() // first: a blocked delivery returns and releases its read lock
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.ended {
+		w.ended, w.err = true, err
+		close(w.out)
+	}
+}
+
+// ID returns the watch id.
+func (w *Watch) ID() string { return w.id }
+
+// Snapshot returns the atomic snapshot the watch started from: the entries at snapshot_revision.
+func (w *Watch) Snapshot() *wire.WatchState { return w.snap }
+
+// Messages returns the updates (watch_sequence 1, 2, ...) and the final CLOSED message, in arrival
+// order. The channel is closed after the CLOSED message, when Stop is called, or when a message
+// arrives that does not decode (Err then says why).
+func (w *Watch) Messages() <-chan wire.WatchMessage { return w.out }
+
+// Err returns why Messages was closed early: a message that did not decode or named another watch.
+// It is nil while the watch runs and after a CLOSED message or Stop.
+func (w *Watch) Err() error {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.err
+}
+
+// Ack acknowledges every update up to seq.
+func (w *Watch) Ack(ctx context.Context, seq uint64) error { return w.c.Ack(ctx, w.id, seq) }
+
+// Stop unwatches, unsubscribes and closes Messages. A watch the server already closed (NOT_FOUND
+// from unwatch) is not an error. Later calls return the first call's result.
+func (w *Watch) Stop(ctx context.Context) error {
+	w.stopOnce.Do(func() {
+		err := w.c.Unwatch(ctx, w.id)
+		if errors.Is(err, wire.ErrNotFound) {
+			err = nil
+		}
+		w.end(nil)
+		if uerr := w.sub.Unsubscribe(); uerr != nil && !errors.Is(uerr, nats.ErrConnectionClosed) && !errors.Is(uerr, nats.ErrBadSubscription) {
+			err = errors.Join(err, fmt.Errorf("store/client: unsubscribe watch %s: %w", w.id, uerr))
+		}
+		w.stopErr = err
+	})
+	return w.stopErr
+}
