@@ -15,9 +15,9 @@ import (
 // Event is one committed change as watchers see it. One Event is shared by every watch it reaches;
 // its encoding is made once.
 type Event struct {
-	Revision uint64
-	Kind     wire.UpdateKind
-	Key      string
+	Revision  uint64
+	Kind      wire.UpdateKind
+	Key       string
 	Entry     *wire.Entry // PUT only
 	entryJSON []byte      // Entry's encoding, when the committer made it
 	tail      []byte      // `"revision":..,"kind":..,"key":..[,"entry":..]}`, made at the first match
