@@ -62,11 +62,6 @@ func leaseDoc(holder string) json.RawMessage {
 	return json.RawMessage(fmt.Sprintf(`{"holder":%q,"claimed_at_ms":1}`, holder))
 }
 
-// intentDoc is a valid publish media intent.
-func intentDoc(source string) json.RawMessage {
-	return json.RawMessage(fmt.Sprintf(`{"role":"publish","desired":true,"source_id":%q,"media_kind":"video","recording_mode":"disabled"}`, source))
-}
-
 func putLease(ns, key string) wire.PutRequest {
 	return wire.PutRequest{Namespace: ns, Key: key, Schema: "keeppeek.lease.v1", Document: leaseDoc("w1")}
 }

@@ -13,15 +13,14 @@ import (
 // Metrics are the server's Prometheus metrics. Namespaces are labelled by their kind (system,
 // service, group, user), so label cardinality stays bounded however many namespaces exist.
 type Metrics struct {
-	Requests        *prometheus.CounterVec
-	RequestSeconds  *prometheus.HistogramVec
-	CommitSeconds   prometheus.Histogram
-	CommitBatch     prometheus.Histogram
-	CommitFailures  prometheus.Counter
-	WatchClosures   *prometheus.CounterVec
-	Heartbeats      *prometheus.CounterVec
-	BackendInfo     *prometheus.GaugeVec
-	storeCollectors []prometheus.Collector
+	Requests       *prometheus.CounterVec
+	RequestSeconds *prometheus.HistogramVec
+	CommitSeconds  prometheus.Histogram
+	CommitBatch    prometheus.Histogram
+	CommitFailures prometheus.Counter
+	WatchClosures  *prometheus.CounterVec
+	Heartbeats     *prometheus.CounterVec
+	BackendInfo    *prometheus.GaugeVec
 }
 
 // NewMetrics makes the metrics and registers them, with Go, process and build info collectors, on reg.
