@@ -1,0 +1,337 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/store/client"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// Options configure a Worker.
+type Options struct {
+	// Conn is the worker's NATS connection, authenticated as Principal with the inbox prefix
+	// _INBOX.<principal> (client.Connect makes one). Required.
+	Conn *nats.Conn
+	// Principal is the NATS user the worker runs as. Required.
+	Principal string
+	// WorkerID names this process among the principal's workers ([A-Za-z0-9_-]{1,64}). Required.
+	WorkerID string
+	// Service is the service the worker belongs to (a principal-id-like name). Default: Principal.
+	Service string
+	// Prefix is the subject prefix. Default "kp".
+	Prefix string
+	// HeartbeatInterval is how often heartbeats go out (100 ms to 60 s). Default 1 s. The server
+	// keeps the worker's entry for three intervals (at least 1 s) after the last one.
+	HeartbeatInterval time.Duration
+	// StopTimeout bounds the graceful stop. Default 10 s.
+	StopTimeout time.Duration
+	// Logger receives the worker's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Component is something the worker starts and stops with itself: a reconciler controller, a cache,
+// a tracker. Start must return once the component runs; Stop must return once it has stopped.
+type Component interface {
+	Start(ctx context.Context) error
+	Stop()
+}
+
+// Worker is a running worker process. Create it with New, add components, then Run it.
+type Worker struct {
+	opts   Options
+	client *client.Client
+
+	mu         sync.Mutex
+	status     string
+	leases     map[string]bool
+	components []Component
+	goroutines []namedFunc
+	lastErr    error
+	lastBeat   time.Time
+	running    bool
+	kick       chan struct{}
+	sequence   int64
+}
+
+type namedFunc struct {
+	name string
+	fn   func(ctx context.Context) error
+}
+
+// New validates the options and makes a Worker.
+func New(o Options) (*Worker, error) {
+	if o.Conn == nil {
+		return nil, errors.New("worker: Options.Conn is required")
+	}
+	if !wire.ValidPrincipalID(o.Principal) {
+		return nil, fmt.Errorf("worker: invalid principal %q", o.Principal)
+	}
+	if !wire.ValidWatchID(o.WorkerID) {
+		return nil, fmt.Errorf("worker: invalid worker id %q ([A-Za-z0-9_-]{1,64})", o.WorkerID)
+	}
+	if o.Service == "" {
+		o.Service = o.Principal
+	}
+	if !wire.ValidPrincipalID(o.Service) {
+		return nil, fmt.Errorf("worker: invalid service %q", o.Service)
+	}
+	if o.Prefix == "" {
+		o.Prefix = wire.DefaultPrefix
+	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = time.Duration(wire.DefaultHeartbeatIntervalMs) * time.Millisecond
+	}
+	if ms := o.HeartbeatInterval.Milliseconds(); ms < wire.MinHeartbeatIntervalMs || ms > wire.MaxHeartbeatIntervalMs {
+		return nil, fmt.Errorf("worker: heartbeat interval %v is outside 100 ms to 60 s", o.HeartbeatInterval)
+	}
+	if o.StopTimeout == 0 {
+		o.StopTimeout = 10 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	c, err := client.New(o.Conn, o.Principal, client.WithPrefix(o.Prefix), client.WithLogger(o.Logger))
+	if err != nil {
+		return nil, err
+	}
+	return &Worker{opts: o, client: c, status: wire.StatusStarting, leases: map[string]bool{}, kick: make(chan struct{}, 1)}, nil
+}
+
+// Client is the worker's state store client.
+func (w *Worker) Client() *client.Client { return w.client }
+
+// Conn is the worker's NATS connection.
+func (w *Worker) Conn() *nats.Conn { return w.opts.Conn }
+
+// ID is the worker id.
+func (w *Worker) ID() string { return w.opts.WorkerID }
+
+// Principal is the worker's principal.
+func (w *Worker) Principal() string { return w.opts.Principal }
+
+// Logger is the worker's logger.
+func (w *Worker) Logger() *slog.Logger { return w.opts.Logger }
+
+// Add registers a component; Run starts components in the order added and stops them in reverse.
+func (w *Worker) Add(c Component) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.components = append(w.components, c)
+}
+
+// Go registers a goroutine the worker owns: Run starts it after the components and cancels its
+// context, and waits for it, when the worker stops. An error it returns (other than the context's)
+// stops the worker.
+func (w *Worker) Go(name string, fn func(ctx context.Context) error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.goroutines = append(w.goroutines, namedFunc{name, fn})
+}
+
+// HoldLease records that the worker holds the lease key (its heartbeats list it); DropLease forgets
+// it. A change is announced at once.
+func (w *Worker) HoldLease(key string) { w.setLease(key, true) }
+
+// DropLease forgets a lease the worker no longer holds.
+func (w *Worker) DropLease(key string) { w.setLease(key, false) }
+
+func (w *Worker) setLease(key string, held bool) {
+	w.mu.Lock()
+	changed := w.leases[key] != held
+	if held {
+		w.leases[key] = true
+	} else {
+		delete(w.leases, key)
+	}
+	w.mu.Unlock()
+	if changed {
+		w.poke()
+	}
+}
+
+// Leases lists the leases the worker holds, sorted.
+func (w *Worker) Leases() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.leaseListLocked()
+}
+
+func (w *Worker) leaseListLocked() []string {
+	out := make([]string, 0, len(w.leases))
+	for k := range w.leases {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Status is the worker's current status: starting, ready, draining or stopping.
+func (w *Worker) Status() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.status
+}
+
+func (w *Worker) setStatus(s string) {
+	w.mu.Lock()
+	w.status = s
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *Worker) poke() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Healthy reports nil while the worker runs, its connection is up and its last heartbeat went out
+// within two intervals.
+func (w *Worker) Healthy() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case !w.running:
+		return errors.New("not running")
+	case !w.opts.Conn.IsConnected():
+		return errors.New("not connected to NATS")
+	case w.lastErr != nil:
+		return fmt.Errorf("heartbeat: %w", w.lastErr)
+	case time.Since(w.lastBeat) > 2*w.opts.HeartbeatInterval:
+		return fmt.Errorf("no heartbeat for %v", time.Since(w.lastBeat).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// HealthHandler serves Healthy over HTTP: 200 "ok", or 503 with the reason.
+func (w *Worker) HealthHandler() http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		if err := w.Healthy(); err != nil {
+			http.Error(rw, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(rw, "ok")
+	})
+}
+
+// heartbeat publishes one heartbeat with the current status and leases.
+func (w *Worker) heartbeat() error {
+	w.mu.Lock()
+	w.sequence++
+	hb := wire.Heartbeat{WorkerID: w.opts.WorkerID, Service: w.opts.Service, Sequence: w.sequence,
+		SentAtMs: time.Now().UnixMilli(), IntervalMs: w.opts.HeartbeatInterval.Milliseconds(), Status: w.status,
+		Leases: w.leaseListLocked()}
+	w.mu.Unlock()
+	body, _ := json.Marshal(hb)
+	err := w.opts.Conn.Publish(wire.HeartbeatSubject(w.opts.Prefix, w.opts.Principal, w.opts.WorkerID), body)
+	w.mu.Lock()
+	w.lastErr = err
+	if err == nil {
+		w.lastBeat = time.Now()
+	}
+	w.mu.Unlock()
+	return err
+}
+
+// Run starts the components and owned goroutines, heartbeats until ctx ends (or an owned goroutine
+// fails), then stops gracefully: heartbeat draining, stop goroutines and components in reverse order
+// (they release their leases), heartbeat stopping. It returns the first error.
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.running {
+		w.mu.Unlock()
+		return errors.New("worker: already running")
+	}
+	w.running = true
+	components := slices.Clone(w.components)
+	goroutines := slices.Clone(w.goroutines)
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.running = false
+		w.mu.Unlock()
+	}()
+	log := w.opts.Logger.With("worker", w.opts.WorkerID)
+	_ = w.heartbeat()
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var started []Component
+	stopComponents := func() {
+		for i := len(started) - 1; i >= 0; i-- {
+			started[i].Stop()
+		}
+	}
+	for _, c := range components {
+		if err := c.Start(runCtx); err != nil {
+			stopComponents()
+			w.setStatus(wire.StatusStopping)
+			_ = w.heartbeat()
+			return fmt.Errorf("worker: start: %w", err)
+		}
+		started = append(started, c)
+	}
+	errs := make(chan error, len(goroutines))
+	var wg sync.WaitGroup
+	for _, g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := g.fn(runCtx); err != nil && runCtx.Err() == nil {
+				errs <- fmt.Errorf("worker: %s: %w", g.name, err)
+			}
+		}()
+	}
+	w.setStatus(wire.StatusReady)
+	log.Info("worker ready", "principal", w.opts.Principal, "service", w.opts.Service)
+
+	var runErr error
+	ticker := time.NewTicker(w.opts.HeartbeatInterval)
+	defer ticker.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case runErr = <-errs:
+			log.Error("stopping after a failure", "err", runErr)
+			break loop
+		case <-ticker.C:
+		case <-w.kick:
+		}
+		if err := w.heartbeat(); err != nil {
+			log.Warn("heartbeat not sent", "err", err)
+		}
+	}
+
+	w.setStatus(wire.StatusDraining)
+	_ = w.heartbeat()
+	cancel()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		stopComponents()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(w.opts.StopTimeout):
+		runErr = errors.Join(runErr, fmt.Errorf("worker: stop took longer than %v", w.opts.StopTimeout))
+	}
+	w.setStatus(wire.StatusStopping)
+	_ = w.heartbeat()
+	_ = w.opts.Conn.Flush()
+	log.Info("worker stopped")
+	return runErr
+}

@@ -1,0 +1,162 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/keeppeek/coordination/internal/testenv"
+	"github.com/keeppeek/coordination/store/client"
+	"github.com/keeppeek/coordination/store/wire"
+	"github.com/keeppeek/coordination/worker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *recorder) add(s string) {
+	r.mu.Lock()
+	r.events = append(r.events, s)
+	r.mu.Unlock()
+}
+
+func (r *recorder) list() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+
+type component struct {
+	name string
+	rec  *recorder
+}
+
+func (c component) Start(context.Context) error { c.rec.add("start " + c.name); return nil }
+func (c component) Stop()                       { c.rec.add("stop " + c.name) }
+
+// statusUpdates follows system/workers/ as the admin, returning each worker status document seen.
+func statusUpdates(t *testing.T, env *testenv.Env) chan wire.WorkerStatus {
+	t.Helper()
+	admin, _ := client.New(env.Connect(t, "coordinator"), "coordinator")
+	ch := make(chan wire.WorkerStatus, 64)
+	cache, err := admin.NewCache(t.Context(), client.CacheOptions{Namespace: "system", KeyPrefix: "workers/", Handlers: client.Handlers{
+		OnPut: func(e wire.Entry) {
+			var st wire.WorkerStatus
+			if json.Unmarshal(e.Document, &st) == nil {
+				ch <- st
+			}
+		},
+		OnExpire: func(key string, _ uint64) { ch <- wire.WorkerStatus{Status: "expired:" + key} },
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cache.Close() })
+	return ch
+}
+
+func waitStatus(t *testing.T, ch chan wire.WorkerStatus, ok func(wire.WorkerStatus) bool) wire.WorkerStatus {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case st := <-ch:
+			if ok(st) {
+				return st
+			}
+		case <-timeout:
+			t.Fatalf("status not seen within 10 s")
+		}
+	}
+}
+
+func TestWorkerLifecycle(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	updates := statusUpdates(t, env)
+	rec := &recorder{}
+	w, err := worker.New(worker.Options{Conn: env.Connect(t, "alice"), Principal: "alice", WorkerID: "tx-1", Service: "transcoder-a",
+		HeartbeatInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Add(component{"a", rec})
+	w.Add(component{"b", rec})
+	owned := make(chan struct{})
+	w.Go("owned", func(ctx context.Context) error {
+		close(owned)
+		<-ctx.Done()
+		rec.add("goroutine done")
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	<-owned
+	st := waitStatus(t, updates, func(s wire.WorkerStatus) bool { return s.Status == wire.StatusReady })
+	if st.WorkerID != "tx-1" || st.Principal != "alice" || st.Service != "transcoder-a" || st.IntervalMs != 200 {
+		t.Fatalf("status %+v", st)
+	}
+	if err := w.Healthy(); err != nil {
+		t.Fatalf("healthy: %v", err)
+	}
+	w.HoldLease("leases/front-door-video-720p")
+	waitStatus(t, updates, func(s wire.WorkerStatus) bool { return slices.Equal(s.Leases, []string{"leases/front-door-video-720p"}) })
+	w.DropLease("leases/front-door-video-720p")
+	waitStatus(t, updates, func(s wire.WorkerStatus) bool { return len(s.Leases) == 0 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.list(); !slices.Equal(got, []string{"start a", "start b", "goroutine done", "stop b", "stop a"}) {
+		t.Fatalf("order %v", got)
+	}
+	waitStatus(t, updates, func(s wire.WorkerStatus) bool { return s.Status == wire.StatusStopping })
+	// Without heartbeats the entry expires: admin watchers see one EXPIRE.
+	waitStatus(t, updates, func(s wire.WorkerStatus) bool { return s.Status == "expired:workers/alice/tx-1" })
+	if err := w.Healthy(); err == nil {
+		t.Fatalf("a stopped worker is healthy")
+	}
+}
+
+func TestWorkerStopsWhenAnOwnedGoroutineFails(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	w, err := worker.New(worker.Options{Conn: env.Connect(t, "alice"), Principal: "alice", WorkerID: "tx-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	w.Go("failing", func(context.Context) error { return boom })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.Run(ctx); !errors.Is(err, boom) {
+		t.Fatalf("Run returned %v, want boom", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("Run waited for the context instead of stopping on the failure")
+	}
+}
+
+func TestWorkerOptionsValidated(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	nc := env.Connect(t, "alice")
+	for _, o := range []worker.Options{
+		{Principal: "alice", WorkerID: "w"},
+		{Conn: nc, Principal: "Alice", WorkerID: "w"},
+		{Conn: nc, Principal: "alice", WorkerID: "w.1"},
+		{Conn: nc, Principal: "alice", WorkerID: "w", HeartbeatInterval: 50 * time.Millisecond},
+	} {
+		if _, err := worker.New(o); err == nil {
+			t.Fatalf("options %+v accepted", o)
+		}
+	}
+}
