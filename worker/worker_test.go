@@ -110,7 +110,9 @@ func TestWorkerLifecycle(t *testing.T) {
 		t.Fatalf("healthy: %v", err)
 	}
 	w.HoldLease("leases/front-door-video-720p")
-	waitStatus(t, updates, func(s wire.WorkerStatus) bool { return slices.Equal(s.Leases, []string{"leases/front-door-video-720p"}) })
+	waitStatus(t, updates, func(s wire.WorkerStatus) bool {
+		return slices.Equal(s.Leases, []string{"leases/front-door-video-720p"})
+	})
 	w.DropLease("leases/front-door-video-720p")
 	waitStatus(t, updates, func(s wire.WorkerStatus) bool { return len(s.Leases) == 0 })
 	cancel()
