@@ -1,0 +1,262 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+
+	"github.com/keeppeek/coordination/store/client"
+	"github.com/keeppeek/coordination/store/schema"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// Values of MediaIntent fields (SPEC section 13).
+const (
+	RolePublish   = "publish"
+	RoleSubscribe = "subscribe"
+
+	MediaKindVideo = "video"
+	MediaKindAudio = "audio"
+
+	RecordingInherit  = "inherit"
+	RecordingDisabled = "disabled"
+	RecordingRequired = "required"
+)
+
+// MediaIntent is the document of a keeppeek.media-intent.v1 entry: a desired publication or
+// subscription of one stable media source. It names stable ids (source_id, stream_id), never a
+// transient session. Role, Desired, SourceID and MediaKind are required; a publish intent requires
+// RecordingMode as well. Optional fields are omitted from the document when they are zero (Priority
+// when nil, so that an explicit 0 is kept: Priority: new(0)).
+type MediaIntent struct {
+	// Role is RolePublish or RoleSubscribe.
+	Role string `json:"role"`
+	// Desired says whether the outcome is wanted now; false asks workers to stop it.
+	Desired bool `json:"desired"`
+	// SourceID is the stable source id (a key segment of at most 128 bytes).
+	SourceID string `json:"source_id"`
+	// MediaKind is MediaKindVideo or MediaKindAudio.
+	MediaKind string `json:"media_kind"`
+	// StreamID, optional, is the logical stream of the source.
+	StreamID string `json:"stream_id,omitempty"`
+	// VariantID, optional, is the exact variant wanted; absent lets a subscriber select one.
+	VariantID string `json:"variant_id,omitempty"`
+	// OutputProfile, optional, is the output profile of a publication.
+	OutputProfile string `json:"output_profile,omitempty"`
+	// Priority, optional, is 0 to 1000.
+	Priority *int `json:"priority,omitempty"`
+	// RecordingMode is RecordingInherit, RecordingDisabled or RecordingRequired; required for a
+	// publish intent (the worker copies it into StartPublication).
+	RecordingMode string `json:"recording_mode,omitempty"`
+	// Parameters, optional, holds declarative service-specific configuration, keyed by service id
+	// (a principal id); each value is one JSON object. Another coordinator may own another service's
+	// entry: PutIntent keeps the entries it is not given. An entry whose value is nil (or JSON null)
+	// is never written: to PutIntent it means "remove this service's entry".
+	Parameters map[string]json.RawMessage `json:"parameters,omitempty"`
+}
+
+// PublishIntent returns a desired publish intent of one source with the recording mode a publish
+// intent requires.
+func PublishIntent(sourceID, mediaKind, recordingMode string) MediaIntent {
+	return MediaIntent{Role: RolePublish, Desired: true, SourceID: sourceID, MediaKind: mediaKind, RecordingMode: recordingMode}
+}
+
+// SubscribeIntent returns a desired subscribe intent of one source.
+func SubscribeIntent(sourceID, mediaKind string) MediaIntent {
+	return MediaIntent{Role: RoleSubscribe, Desired: true, SourceID: sourceID, MediaKind: mediaKind}
+}
+
+// ValidateIntent checks, locally, that in may be written in namespace: a valid namespace
+// (INVALID_ARGUMENT otherwise), of a kind that holds intents (service/<id> or user/<id>), and a
+// document that matches keeppeek.media-intent.v1 and passes the content guard (SCHEMA_INVALID
+// otherwise, the registry's *wire.Error). Parameters entries that are nil are left out, as a write
+// leaves them out.
+func (c *Coordinator) ValidateIntent(namespace string, in MediaIntent) error {
+	if !wire.ValidNamespace(namespace) {
+		return wire.Errorf(wire.CodeInvalidArgument, "invalid namespace %q", namespace)
+	}
+	doc, err := encodeIntent(&in)
+	if err != nil {
+		return err
+	}
+	return c.reg.Validate(schema.MediaIntentV1, namespace, doc)
+}
+
+// PutIntent writes in as the intent at namespace/key: it creates the entry when the key is missing
+// and otherwise replaces the whole document, with one merge: parameters entries of services that in
+// does not name stay as stored (another coordinator may own them), while the entries in names are
+// taken from in (a nil one removes that service's entry). Every other field is exactly in's: a field
+// in leaves unset is absent afterwards.
+//
+// in is validated locally first; a bad intent never reaches the server, and the error is the
+// registry's *wire.Error with code SCHEMA_INVALID (errors.Is(err, wire.ErrSchemaInvalid)). The write
+// is a compare-and-set on the revision read (create-only when missing); on CONFLICT it rereads,
+// merges again and retries, up to client.MaxUpdateAttempts rounds; any other error ends it. A key
+// that holds an entry of another schema is not replaced (ErrWrongSchema). The intent carries no
+// lease: a stored intent that had a TTL loses it. Writing a document equal to the stored one (same
+// principal, no lease) writes nothing and returns the stored entry.
+func (c *Coordinator) PutIntent(ctx context.Context, namespace, key string, in MediaIntent) (wire.Entry, error) {
+	if err := checkTarget(namespace, key); err != nil {
+		return wire.Entry{}, err
+	}
+	base := in
+	base.Parameters = withoutNulls(in.Parameters)
+	if err := c.ValidateIntent(namespace, base); err != nil {
+		return wire.Entry{}, err
+	}
+	return c.write(ctx, namespace, key, schema.MediaIntentV1, func(cur *wire.Entry) ([]byte, error) {
+		next := base
+		next.Parameters = maps.Clone(base.Parameters)
+		if cur != nil {
+			old, err := decodeIntent(cur)
+			if err != nil {
+				return nil, err
+			}
+			for svc, p := range old.Parameters {
+				if _, named := in.Parameters[svc]; named {
+					continue
+				}
+				if next.Parameters == nil {
+					next.Parameters = make(map[string]json.RawMessage, len(old.Parameters))
+				}
+				next.Parameters[svc] = p
+			}
+		}
+		return encodeIntent(&next)
+	})
+}
+
+// UpdateIntent is the reread-merge-retry write of the intent at namespace/key with a typed merge.
+// Each round reads the entry and calls fn with its intent (nil when the key is missing; fn owns the
+// value it gets and may return it modified). fn returns the whole new intent, or nil for "no change"
+// (UpdateIntent then returns the current entry, or the zero Entry when the key is missing, and
+// writes nothing). Each candidate is validated locally before it is sent; a SCHEMA_INVALID candidate
+// ends UpdateIntent without a write. The put is a compare-and-set on the revision read
+// (create-only when missing); on CONFLICT the round starts again from the read, so fn may run several
+// times and must merge only what it is given. Any other error, including one from fn, ends
+// UpdateIntent. A key that holds another schema is ErrWrongSchema. The intent carries no lease.
+func (c *Coordinator) UpdateIntent(ctx context.Context, namespace, key string, fn func(cur *MediaIntent) (*MediaIntent, error)) (wire.Entry, error) {
+	if err := checkTarget(namespace, key); err != nil {
+		return wire.Entry{}, err
+	}
+	if fn == nil {
+		return wire.Entry{}, errors.New("coordinator: UpdateIntent with a nil function")
+	}
+	return c.write(ctx, namespace, key, schema.MediaIntentV1, func(cur *wire.Entry) ([]byte, error) {
+		var have *MediaIntent
+		if cur != nil {
+			d, err := decodeIntent(cur)
+			if err != nil {
+				return nil, err
+			}
+			have = &d
+		}
+		next, err := fn(have)
+		if err != nil || next == nil {
+			return nil, err
+		}
+		return encodeIntent(next)
+	})
+}
+
+// SetDesired sets the desired flag of the intent at namespace/key and keeps everything else as
+// stored, with UpdateIntent (so a concurrent change of another field is not lost). A missing intent
+// is wire.ErrNotFound; an intent that already has the flag is not written again.
+func (c *Coordinator) SetDesired(ctx context.Context, namespace, key string, desired bool) (wire.Entry, error) {
+	return c.UpdateIntent(ctx, namespace, key, func(cur *MediaIntent) (*MediaIntent, error) {
+		if cur == nil {
+			return nil, wire.Errorf(wire.CodeNotFound, "no intent at %s:%s", namespace, key)
+		}
+		cur.Desired = desired
+		return cur, nil
+	})
+}
+
+// DeleteIntent deletes the intent at namespace/key and returns the namespace revision of the delete.
+// With expectedRevision N > 0 it deletes only the entry of revision N (CONFLICT, carrying the current
+// revision, otherwise). With 0 it deletes whatever intent is stored, whatever its revision: it reads
+// the entry and deletes that revision, and if the intent changed in between it reads again (up to
+// client.MaxUpdateAttempts rounds). Either way it deletes only a media intent: a key that holds
+// another schema is ErrWrongSchema, and a missing key is wire.ErrNotFound.
+func (c *Coordinator) DeleteIntent(ctx context.Context, namespace, key string, expectedRevision uint64) (uint64, error) {
+	if err := checkTarget(namespace, key); err != nil {
+		return 0, err
+	}
+	if expectedRevision > wire.MaxSafeInteger {
+		return 0, wire.Errorf(wire.CodeInvalidArgument, "expected revision %d is above 2^53-1", expectedRevision)
+	}
+	var lastErr error
+	for range client.MaxUpdateAttempts {
+		cur, err := c.client.Get(ctx, namespace, key)
+		if err != nil {
+			return 0, err
+		}
+		if cur.Schema != schema.MediaIntentV1 {
+			return 0, wrongSchema(&cur, schema.MediaIntentV1)
+		}
+		expected := int64(expectedRevision)
+		if expected == 0 {
+			expected = int64(cur.Revision)
+		}
+		rev, err := c.client.Delete(ctx, wire.DeleteRequest{Namespace: namespace, Key: key, ExpectedRevision: &expected})
+		if err == nil {
+			return rev, nil
+		}
+		if expectedRevision != 0 || !errors.Is(err, wire.ErrConflict) {
+			return 0, err
+		}
+		lastErr = err
+	}
+	return 0, lastErr
+}
+
+// encodeIntent returns the document of in, without nil parameters entries. A parameters value that
+// is not JSON is SCHEMA_INVALID.
+func encodeIntent(in *MediaIntent) ([]byte, error) {
+	v := *in
+	v.Parameters = withoutNulls(in.Parameters)
+	for svc, p := range v.Parameters {
+		if !json.Valid(p) {
+			return nil, wire.Errorf(wire.CodeSchemaInvalid, "keeppeek.media-intent.v1: parameters.%s is not valid JSON", svc)
+		}
+	}
+	doc, err := json.Marshal(&v)
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeSchemaInvalid, "keeppeek.media-intent.v1: %v", err)
+	}
+	return doc, nil
+}
+
+// decodeIntent decodes a stored intent strictly: a property this type does not know would be lost
+// by the rewrite, so it is an error rather than silently dropped.
+func decodeIntent(e *wire.Entry) (MediaIntent, error) {
+	var in MediaIntent
+	dec := json.NewDecoder(bytes.NewReader(e.Document))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		return MediaIntent{}, wire.Errorf(wire.CodeSchemaInvalid, "stored intent %s does not decode as keeppeek.media-intent.v1: %v", e.String(), err)
+	}
+	return in, nil
+}
+
+// withoutNulls returns a copy of p without nil or JSON null values; nil when nothing is left.
+func withoutNulls(p map[string]json.RawMessage) map[string]json.RawMessage {
+	var out map[string]json.RawMessage
+	for k, v := range p {
+		if isNull(v) {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]json.RawMessage, len(p))
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func isNull(v json.RawMessage) bool {
+	t := bytes.TrimSpace(v)
+	return len(t) == 0 || string(t) == "null"
+}
