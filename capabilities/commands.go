@@ -1,0 +1,211 @@
+package capabilities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// SubscribeRequest is the body of subscribe. VariantID empty asks for the stream's original variant.
+type SubscribeRequest struct {
+	SessionID string `json:"session_id"`
+	StreamID  string `json:"stream_id"`
+	VariantID string `json:"variant_id,omitempty"`
+}
+
+// SubscribeReply is the result of subscribe: the subscription and the variant actually bound.
+type SubscribeReply struct {
+	SubscriptionID string `json:"subscription_id"`
+	VariantID      string `json:"variant_id"`
+}
+
+// UnsubscribeRequest is the body of unsubscribe.
+type UnsubscribeRequest struct {
+	SubscriptionID string `json:"subscription_id"`
+}
+
+// StartPublicationRequest is the body of start_publication. Every field is required; RecordingMode is
+// one of inherit, disabled and required (copied from the publish intent).
+type StartPublicationRequest struct {
+	SessionID     string `json:"session_id"`
+	StreamID      string `json:"stream_id"`
+	VariantID     string `json:"variant_id"`
+	OutputProfile string `json:"output_profile"`
+	RecordingMode string `json:"recording_mode"`
+}
+
+// StartPublicationReply is the result of start_publication. The variant then shows in the capabilities
+// as PENDING with the principal as publisher, and later READY or FAILED.
+type StartPublicationReply struct {
+	PublicationID string `json:"publication_id"`
+	VariantID     string `json:"variant_id"`
+}
+
+// StopPublicationRequest is the body of stop_publication.
+type StopPublicationRequest struct {
+	PublicationID string `json:"publication_id"`
+}
+
+// Reply is the envelope of every media command reply, a flat JSON object:
+//
+//	{"ok": true, "subscription_id": "...", "variant_id": "..."}       subscribe
+//	{"ok": true, "publication_id": "...", "variant_id": "..."}        start_publication
+//	{"ok": true}                                                      unsubscribe, stop_publication
+//	{"ok": false, "error": {"code": "PUBLICATION_ERROR_CODE_CONFLICT", "message": "..."}}
+//
+// A reply is either ok with the command's result fields or not ok with an error object; never both.
+type Reply struct {
+	OK             bool   `json:"ok"`
+	Error          *Error `json:"error,omitempty"`
+	SubscriptionID string `json:"subscription_id,omitempty"`
+	PublicationID  string `json:"publication_id,omitempty"`
+	VariantID      string `json:"variant_id,omitempty"`
+}
+
+// ErrorReply returns the failed reply carrying err.
+func ErrorReply(err *Error) Reply { return Reply{Error: err} }
+
+// DefaultRequestTimeout bounds a command or a capability fetch whose context has no deadline.
+const DefaultRequestTimeout = 5 * time.Second
+
+type commandOptions struct {
+	prefix  string
+	timeout time.Duration
+}
+
+// Option configures Commands.
+type Option func(*commandOptions)
+
+// WithPrefix sets the subject prefix (default DefaultPrefix, "kp").
+func WithPrefix(prefix string) Option { return func(o *commandOptions) { o.prefix = prefix } }
+
+// WithRequestTimeout sets how long a command may take when its context has no deadline (default
+// DefaultRequestTimeout). A context deadline always wins.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(o *commandOptions) { o.timeout = d }
+}
+
+// Commands sends media commands as one principal. The media server takes the principal from the
+// subject token, which NATS permits only to that principal's user, so nc must be authenticated as
+// principal (and, under the state server's permissions, use the inbox prefix `_INBOX.<principal>`).
+// It is safe for concurrent use.
+type Commands struct {
+	nc        *nats.Conn
+	principal string
+	prefix    string
+	timeout   time.Duration
+}
+
+// NewCommands returns a media command client acting as principal over nc.
+func NewCommands(nc *nats.Conn, principal string, opts ...Option) (*Commands, error) {
+	if nc == nil {
+		return nil, errors.New("capabilities: nil NATS connection")
+	}
+	if !ValidPrincipal(principal) {
+		return nil, fmt.Errorf("capabilities: invalid principal id %q", principal)
+	}
+	o := commandOptions{prefix: DefaultPrefix, timeout: DefaultRequestTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !ValidPrefix(o.prefix) {
+		return nil, fmt.Errorf("capabilities: invalid subject prefix %q", o.prefix)
+	}
+	if o.timeout <= 0 {
+		return nil, fmt.Errorf("capabilities: request timeout must be positive, got %v", o.timeout)
+	}
+	return &Commands{nc: nc, principal: principal, prefix: o.prefix, timeout: o.timeout}, nil
+}
+
+// Principal returns the principal the commands are sent as.
+func (c *Commands) Principal() string { return c.principal }
+
+// Subscribe subscribes to a variant of a stream of the source session. Errors: ErrSourceUnavailable
+// (stale session, offline source), ErrVariantNotReady (no such variant or not READY),
+// ErrInvalidArgument.
+func (c *Commands) Subscribe(ctx context.Context, req SubscribeRequest) (SubscribeReply, error) {
+	r, err := c.call(ctx, CommandSubscribe, req)
+	if err != nil {
+		return SubscribeReply{}, err
+	}
+	if r.SubscriptionID == "" || r.VariantID == "" {
+		return SubscribeReply{}, fmt.Errorf("capabilities: subscribe reply lacks subscription_id or variant_id")
+	}
+	return SubscribeReply{SubscriptionID: r.SubscriptionID, VariantID: r.VariantID}, nil
+}
+
+// Unsubscribe ends a subscription. ErrSubscriptionNotFound when the principal holds no such
+// subscription (already ended, or ended by the server when its source went offline).
+func (c *Commands) Unsubscribe(ctx context.Context, subscriptionID string) error {
+	_, err := c.call(ctx, CommandUnsubscribe, UnsubscribeRequest{SubscriptionID: subscriptionID})
+	return err
+}
+
+// StartPublication asks the media server to publish a variant. A RecordingMode that is empty or not
+// one of inherit, disabled and required is refused here with ErrRecordingModeInvalid and nothing is
+// sent. Server errors: ErrRecordingModeInvalid (a mode the source does not allow),
+// ErrSourceUnavailable, ErrPublicationConflict (another publisher owns the variant),
+// ErrInvalidArgument. Starting a variant the principal already publishes takes it over: the reply
+// carries a new publication id and the old one is gone.
+func (c *Commands) StartPublication(ctx context.Context, req StartPublicationRequest) (StartPublicationReply, error) {
+	if !ValidRecordingMode(req.RecordingMode) {
+		return StartPublicationReply{}, Errorf(CodeRecordingModeInvalid,
+			"recording_mode %q is not one of inherit, disabled, required (not sent)", req.RecordingMode)
+	}
+	r, err := c.call(ctx, CommandStartPublication, req)
+	if err != nil {
+		return StartPublicationReply{}, err
+	}
+	if r.PublicationID == "" || r.VariantID == "" {
+		return StartPublicationReply{}, fmt.Errorf("capabilities: start_publication reply lacks publication_id or variant_id")
+	}
+	return StartPublicationReply{PublicationID: r.PublicationID, VariantID: r.VariantID}, nil
+}
+
+// StopPublication ends a publication; its variant leaves the capabilities. ErrPublicationNotFound when
+// the principal holds no such publication (already stopped, taken over, or ended by the server when
+// its source went offline).
+func (c *Commands) StopPublication(ctx context.Context, publicationID string) error {
+	_, err := c.call(ctx, CommandStopPublication, StopPublicationRequest{PublicationID: publicationID})
+	return err
+}
+
+// call sends body as cmd and returns the ok reply, the reply's *Error, or a transport or protocol
+// error (wrapped; no media server answering wraps nats.ErrNoResponders).
+func (c *Commands) call(ctx context.Context, cmd Command, body any) (Reply, error) {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return Reply{}, fmt.Errorf("capabilities: encode %s: %w", cmd, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	subj := CommandSubject(c.prefix, c.principal, cmd)
+	msg, err := c.nc.RequestWithContext(ctx, subj, data)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return Reply{}, fmt.Errorf("capabilities: no media server answered on %s: %w", subj, err)
+		}
+		return Reply{}, fmt.Errorf("capabilities: %s on %s: %w", cmd, subj, err)
+	}
+	var r Reply
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		return Reply{}, fmt.Errorf("capabilities: malformed %s reply: %v", cmd, err)
+	}
+	if !r.OK {
+		if r.Error == nil || r.Error.Code == "" {
+			return Reply{}, fmt.Errorf("capabilities: %s reply is not ok and carries no error", cmd)
+		}
+		return Reply{}, r.Error
+	}
+	if r.Error != nil {
+		return Reply{}, fmt.Errorf("capabilities: %s reply is ok and carries an error (%v)", cmd, r.Error)
+	}
+	return r, nil
+}

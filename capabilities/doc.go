@@ -1,0 +1,27 @@
+// Package capabilities is the worker side of the media server contract (SPEC.md section 12): the
+// ServerCapabilities model, a Tracker that keeps the latest capabilities current, and Commands, a
+// client of the media commands subscribe, unsubscribe, start_publication and stop_publication.
+//
+// State says what should exist; capabilities say what does. A worker resolves an intent's stable
+// source_id to the source's current, transient session_id through the Tracker (Resolve), sends
+// ordinary commands with that session, and waits for the variant it published to be READY in the
+// capabilities (WaitReady) before it reports success or lets anyone subscribe to it.
+//
+// The Tracker subscribes to `<prefix>.caps.v1.changed` and fetches the whole ServerCapabilities from
+// `<prefix>.caps.v1.get`: once at Start, on every announced generation above the one it holds, and after
+// every NATS reconnect (announcements sent while it was disconnected are lost). A fetched snapshot
+// older than the one held is ignored, so generations only grow; a fetched snapshot older than the
+// highest announced one is fetched again with backoff. Readers never poll: WaitFor, WaitVariant and
+// WaitReady wake on each installed snapshot, and Subscribe hands out coalesced notifications for
+// reconcilers.
+//
+// Commands go to `<prefix>.media.v1.<principal>.<command>` as flat JSON requests; every reply is the
+// envelope Reply: `{"ok":true, ...result fields}` or `{"ok":false,"error":{"code":...,"message":...}}`.
+// A failed reply becomes a *Error carrying its code, so callers write
+// errors.Is(err, capabilities.ErrPublicationConflict). Commands refuses, without sending anything, a
+// StartPublication whose recording_mode is missing or unknown: a zero-value StartPublication must
+// never reach the media server.
+//
+// This package imports nothing of the state store; capabilities/sim is a media server simulator that
+// speaks the same subjects, for tests and demos.
+package capabilities

@@ -1,0 +1,16 @@
+// Package sim is a media server simulator that speaks SPEC.md section 12 over NATS, for tests, examples
+// and demos: it answers `<prefix>.caps.v1.get` with its ServerCapabilities, announces every change on
+// `<prefix>.caps.v1.changed` (the generation grows by one per change), and serves the media commands
+// subscribe, unsubscribe, start_publication and stop_publication on `<prefix>.media.v1.*.<command>`,
+// taking the principal from the subject token.
+//
+// It behaves like a real media server where that matters to a worker: sources have a stable source_id
+// and a transient session_id that changes when a source reconnects (SetOnline); a started publication
+// shows as a PENDING variant published by the principal and becomes READY (or FAILED, when injected)
+// after Options.ReadyDelay; a variant another principal publishes is a CONFLICT; a stale session is
+// SOURCE_UNAVAILABLE; a source that goes offline loses its publications and subscriptions.
+//
+// Tests inspect it directly: Capabilities, Publications, Subscriptions and Commands (every command
+// received, in order, with its principal, body and outcome), so a test can assert that a command was
+// never sent.
+package sim

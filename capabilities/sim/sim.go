@@ -1,0 +1,826 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/capabilities"
+)
+
+// DefaultReadyDelay is how long a started publication stays PENDING by default.
+const DefaultReadyDelay = 300 * time.Millisecond
+
+// OriginalVariantID is the variant id of every stream's own variant.
+const OriginalVariantID = "source"
+
+// Options configure a Sim. Every field is optional.
+type Options struct {
+	// Prefix is the subject prefix. Default capabilities.DefaultPrefix ("kp").
+	Prefix string
+	// ReadyDelay is how long a started publication's variant stays PENDING before it turns READY (or
+	// FAILED). Default DefaultReadyDelay (300 ms).
+	ReadyDelay time.Duration
+	// Sources are the sources the simulator starts with, in order.
+	Sources []SourceConfig
+	// Failing are variants whose publications turn FAILED instead of READY (see SetFailing).
+	Failing []VariantRef
+	// Logger logs every command and its outcome at Info, and publishing failures. Default: discard.
+	Logger *slog.Logger
+}
+
+// SourceConfig describes a simulated source.
+type SourceConfig struct {
+	// SourceID is the stable id; it must follow the identifier rule (capabilities.ValidIdentifier).
+	SourceID string
+	// Offline starts the source disconnected.
+	Offline bool
+	// Streams are the source's streams and their original variants. Default DefaultStreams().
+	Streams []StreamConfig
+	// RecordingModes are the modes its publications may ask for. Default: inherit, disabled, required.
+	RecordingModes []string
+}
+
+// StreamConfig describes a stream and its original variant (variant_id OriginalVariantID, READY
+// while the source is online, no publisher).
+type StreamConfig struct {
+	StreamID  string
+	MediaKind string
+	Codec     string
+	Width     int
+	Height    int
+}
+
+// DefaultStreams are the streams of a source configured without any: "video" (h264 1920x1080) and
+// "audio" (opus).
+func DefaultStreams() []StreamConfig {
+	return []StreamConfig{
+		{StreamID: "video", MediaKind: capabilities.MediaKindVideo, Codec: "h264", Width: 1920, Height: 1080},
+		{StreamID: "audio", MediaKind: capabilities.MediaKindAudio, Codec: "opus"},
+	}
+}
+
+// Sources returns a default SourceConfig for each id.
+func Sources(ids ...string) []SourceConfig {
+	out := make([]SourceConfig, len(ids))
+	for i, id := range ids {
+		out[i] = SourceConfig{SourceID: id}
+	}
+	return out
+}
+
+// VariantRef names a variant of a stream of a source.
+type VariantRef struct {
+	SourceID, StreamID, VariantID string
+}
+
+// PublicationInfo is a live publication.
+type PublicationInfo struct {
+	ID            string
+	Principal     string
+	SourceID      string
+	SessionID     string
+	StreamID      string
+	VariantID     string
+	OutputProfile string
+	RecordingMode string
+}
+
+// SubscriptionInfo is a live subscription.
+type SubscriptionInfo struct {
+	ID        string
+	Principal string
+	SourceID  string
+	SessionID string
+	StreamID  string
+	VariantID string
+}
+
+// CommandRecord is one command the simulator received.
+type CommandRecord struct {
+	// Principal is the subject's principal token.
+	Principal string
+	Command   capabilities.Command
+	// Body is the request body as received.
+	Body json.RawMessage
+	// Reply is the reply sent.
+	Reply capabilities.Reply
+}
+
+// Sim is a running media server simulator. Its methods are safe for concurrent use.
+type Sim struct {
+	nc         *nats.Conn
+	prefix     string
+	readyDelay time.Duration
+	log        *slog.Logger
+	optErr     error
+
+	mu         sync.Mutex
+	generation uint64
+	sources    []*source // in configuration order
+	pubs       map[string]*publication
+	subs       map[string]*SubscriptionInfo
+	failing    map[VariantRef]bool
+	commands   []CommandRecord
+	quiet      bool // SuppressChanged
+	started    bool
+	stopped    bool
+	natsSubs   []*nats.Subscription
+	timers     sync.WaitGroup // ready timers scheduled and not stopped
+}
+
+type source struct {
+	id        string
+	sessionID string
+	online    bool
+	modes     []string
+	streams   []*stream
+}
+
+type stream struct {
+	id, kind string
+	variants []*variant
+}
+
+type variant struct {
+	capabilities.Variant
+	pubID string // "" for the original
+}
+
+type publication struct {
+	PublicationInfo
+	timer *time.Timer
+}
+
+// New returns a simulator over nc; it serves nothing until Start. Invalid options make Start fail.
+func New(nc *nats.Conn, opts Options) *Sim {
+	s := &Sim{
+		nc: nc, prefix: opts.Prefix, readyDelay: opts.ReadyDelay, log: opts.Logger,
+		pubs: map[string]*publication{}, subs: map[string]*SubscriptionInfo{}, failing: map[VariantRef]bool{},
+	}
+	if s.prefix == "" {
+		s.prefix = capabilities.DefaultPrefix
+	}
+	if s.readyDelay == 0 {
+		s.readyDelay = DefaultReadyDelay
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case nc == nil:
+		s.optErr = errors.New("sim: nil NATS connection")
+	case !capabilities.ValidPrefix(s.prefix):
+		s.optErr = fmt.Errorf("sim: invalid subject prefix %q", s.prefix)
+	case s.readyDelay < 0:
+		s.optErr = fmt.Errorf("sim: negative ReadyDelay %v", s.readyDelay)
+	}
+	for _, c := range opts.Sources {
+		src, err := newSource(c)
+		if err == nil && s.sourceLocked(c.SourceID) != nil {
+			err = fmt.Errorf("sim: duplicate source %q", c.SourceID)
+		}
+		if err != nil {
+			if s.optErr == nil {
+				s.optErr = err
+			}
+			continue
+		}
+		s.sources = append(s.sources, src)
+	}
+	for _, r := range opts.Failing {
+		s.failing[r] = true
+	}
+	return s
+}
+
+func newSource(c SourceConfig) (*source, error) {
+	if !capabilities.ValidIdentifier(c.SourceID) {
+		return nil, fmt.Errorf("sim: invalid source id %q", c.SourceID)
+	}
+	streams := c.Streams
+	if len(streams) == 0 {
+		streams = DefaultStreams()
+	}
+	modes := c.RecordingModes
+	if modes == nil {
+		modes = capabilities.RecordingModes()
+	}
+	src := &source{id: c.SourceID, online: !c.Offline, modes: slices.Clone(modes), sessionID: newID("sess")}
+	for _, sc := range streams {
+		if !capabilities.ValidIdentifier(sc.StreamID) {
+			return nil, fmt.Errorf("sim: source %q: invalid stream id %q", c.SourceID, sc.StreamID)
+		}
+		if slices.ContainsFunc(src.streams, func(st *stream) bool { return st.id == sc.StreamID }) {
+			return nil, fmt.Errorf("sim: source %q: duplicate stream %q", c.SourceID, sc.StreamID)
+		}
+		st := &stream{id: sc.StreamID, kind: sc.MediaKind}
+		st.variants = []*variant{{Variant: capabilities.Variant{
+			VariantID: OriginalVariantID, Codec: sc.Codec, Width: sc.Width, Height: sc.Height, State: capabilities.StateReady,
+		}}}
+		src.streams = append(src.streams, st)
+	}
+	return src, nil
+}
+
+// newID returns prefix-<16 hex digits>, unique for all practical purposes.
+func newID(prefix string) string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return prefix + "-" + hex.EncodeToString(b)
+}
+
+// Start subscribes to the capability request and command subjects and announces the first generation
+// (1); when it returns, the NATS server has both. It fails on invalid options, a second call, or a failed subscription (then nothing is served).
+func (s *Sim) Start(ctx context.Context) error {
+	if s.optErr != nil {
+		return s.optErr
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started || s.stopped {
+		return errors.New("sim: already started or stopped")
+	}
+	s.started = true
+	handlers := map[string]nats.MsgHandler{capabilities.GetSubject(s.prefix): s.handleGet}
+	for _, cmd := range capabilities.AllCommands() {
+		handlers[capabilities.CommandWildcard(s.prefix, cmd)] = s.handleCommand
+	}
+	for subj, h := range handlers {
+		sub, err := s.nc.Subscribe(subj, h)
+		if err != nil {
+			s.unsubscribeLocked()
+			s.stopped = true
+			return fmt.Errorf("sim: subscribe %s: %w", subj, err)
+		}
+		s.natsSubs = append(s.natsSubs, sub)
+	}
+	s.bumpLocked("start")
+	// When Start returns, the server has the subscriptions and the first announcement.
+	if err := s.nc.FlushWithContext(ctx); err != nil {
+		s.unsubscribeLocked()
+		s.stopped = true
+		return fmt.Errorf("sim: flush: %w", err)
+	}
+	return nil
+}
+
+func (s *Sim) unsubscribeLocked() {
+	for _, sub := range s.natsSubs {
+		_ = sub.Unsubscribe()
+	}
+	s.natsSubs = nil
+}
+
+// Stop unsubscribes (and flushes, so that the NATS server has dropped the subscriptions when Stop
+// returns) and stops every pending READY timer, waiting for any that is running. The state stays
+// inspectable. Stop may be called more than once.
+func (s *Sim) Stop() {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		s.timers.Wait()
+		return
+	}
+	s.stopped = true
+	s.unsubscribeLocked()
+	for _, p := range s.pubs {
+		s.stopTimerLocked(p)
+	}
+	s.mu.Unlock()
+	// Once the server has the unsubscriptions, requests find no responder instead of timing out.
+	if s.nc != nil && !s.nc.IsClosed() {
+		_ = s.nc.FlushTimeout(time.Second)
+	}
+	s.timers.Wait() // timer callbacks already running find s.stopped and return
+}
+
+// bumpLocked advances the generation and announces it (unless suppressed).
+func (s *Sim) bumpLocked(why string) {
+	s.generation++
+	if s.quiet || !s.started {
+		return
+	}
+	data, _ := json.Marshal(capabilities.Changed{Generation: s.generation})
+	if err := s.nc.Publish(capabilities.ChangedSubject(s.prefix), data); err != nil {
+		s.log.Warn("sim: publish changed", "generation", s.generation, "error", err)
+	}
+	s.log.Debug("sim: changed", "generation", s.generation, "why", why)
+}
+
+// Generation returns the current generation (0 before Start).
+func (s *Sim) Generation() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.generation
+}
+
+// SuppressChanged turns the announcement of changes off (true) or back on (false). While suppressed,
+// changes still advance the generation, but no `changed` message is published: announcements lost in
+// transit, for tests of gap handling.
+func (s *Sim) SuppressChanged(suppress bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.quiet = suppress
+}
+
+// Announce publishes `changed` with the current generation, without changing anything.
+func (s *Sim) Announce() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	data, _ := json.Marshal(capabilities.Changed{Generation: s.generation})
+	return s.nc.Publish(capabilities.ChangedSubject(s.prefix), data)
+}
+
+// Capabilities returns the ServerCapabilities as `caps.v1.get` would answer them now.
+func (s *Sim) Capabilities() capabilities.ServerCapabilities {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.capabilitiesLocked()
+}
+
+func (s *Sim) capabilitiesLocked() capabilities.ServerCapabilities {
+	out := capabilities.ServerCapabilities{Generation: s.generation, Sources: make([]capabilities.Source, 0, len(s.sources))}
+	for _, src := range s.sources {
+		cs := capabilities.Source{
+			SourceID: src.id, SessionID: src.sessionID, Online: src.online,
+			Streams:     make([]capabilities.Stream, 0, len(src.streams)),
+			Publication: capabilities.Publication{RecordingModes: slices.Clone(src.modes)},
+		}
+		for _, st := range src.streams {
+			cst := capabilities.Stream{StreamID: st.id, MediaKind: st.kind, Variants: make([]capabilities.Variant, 0, len(st.variants))}
+			for _, v := range st.variants {
+				if v.pubID == "" && !src.online {
+					continue // an offline source offers nothing
+				}
+				cst.Variants = append(cst.Variants, v.Variant)
+			}
+			cs.Streams = append(cs.Streams, cst)
+		}
+		out.Sources = append(out.Sources, cs)
+	}
+	return out
+}
+
+// Publications returns the live publications, ordered by source, stream and variant.
+func (s *Sim) Publications() []PublicationInfo {
+	s.mu.Lock()
+	out := make([]PublicationInfo, 0, len(s.pubs))
+	for _, p := range s.pubs {
+		out = append(out, p.PublicationInfo)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b PublicationInfo) int {
+		return strings.Compare(a.SourceID+"/"+a.StreamID+"/"+a.VariantID, b.SourceID+"/"+b.StreamID+"/"+b.VariantID)
+	})
+	return out
+}
+
+// Subscriptions returns the live subscriptions, ordered by id.
+func (s *Sim) Subscriptions() []SubscriptionInfo {
+	s.mu.Lock()
+	out := make([]SubscriptionInfo, 0, len(s.subs))
+	for _, sub := range s.subs {
+		out = append(out, *sub)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b SubscriptionInfo) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Commands returns every command received so far, in the order the simulator handled them.
+func (s *Sim) Commands() []CommandRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.commands)
+}
+
+// SessionID returns the current session of a source and whether it is online; ok is false for an
+// unknown source.
+func (s *Sim) SessionID(sourceID string) (sessionID string, online, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	src := s.sourceLocked(sourceID)
+	if src == nil {
+		return "", false, false
+	}
+	return src.sessionID, src.online, true
+}
+
+// AddSource adds a source (a new generation).
+func (s *Sim) AddSource(c SourceConfig) error {
+	src, err := newSource(c)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sourceLocked(c.SourceID) != nil {
+		return fmt.Errorf("sim: duplicate source %q", c.SourceID)
+	}
+	s.sources = append(s.sources, src)
+	s.bumpLocked("source added")
+	return nil
+}
+
+// SetOnline connects (true) or disconnects (false) a source; a change is a new generation, setting
+// the current state again changes nothing. Going offline ends the source's publications (their
+// variants leave the capabilities) and subscriptions, and the source's session goes stale; coming
+// back gives it a new session_id and its original variants, READY.
+func (s *Sim) SetOnline(sourceID string, online bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	src := s.sourceLocked(sourceID)
+	if src == nil {
+		return fmt.Errorf("sim: unknown source %q", sourceID)
+	}
+	if src.online == online {
+		return nil
+	}
+	src.online = online
+	if online {
+		src.sessionID = newID("sess")
+		s.log.Info("sim: source online", "source_id", sourceID, "session_id", src.sessionID)
+		s.bumpLocked("source online")
+		return nil
+	}
+	for id, p := range s.pubs {
+		if p.SourceID == sourceID {
+			s.endPublicationLocked(id)
+		}
+	}
+	for id, sub := range s.subs {
+		if sub.SourceID == sourceID {
+			delete(s.subs, id)
+		}
+	}
+	s.log.Info("sim: source offline", "source_id", sourceID)
+	s.bumpLocked("source offline")
+	return nil
+}
+
+// SetFailing makes publications of a variant turn FAILED instead of READY (failing true) or READY
+// again (false). It affects publications that are still PENDING and later ones.
+func (s *Sim) SetFailing(ref VariantRef, failing bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if failing {
+		s.failing[ref] = true
+	} else {
+		delete(s.failing, ref)
+	}
+}
+
+func (s *Sim) sourceLocked(id string) *source {
+	for _, src := range s.sources {
+		if src.id == id {
+			return src
+		}
+	}
+	return nil
+}
+
+func (src *source) stream(id string) *stream {
+	for _, st := range src.streams {
+		if st.id == id {
+			return st
+		}
+	}
+	return nil
+}
+
+func (st *stream) variant(id string) *variant {
+	for _, v := range st.variants {
+		if v.VariantID == id {
+			return v
+		}
+	}
+	return nil
+}
+
+func (st *stream) removeVariant(id string) {
+	st.variants = slices.DeleteFunc(st.variants, func(v *variant) bool { return v.VariantID == id })
+}
+
+// endPublicationLocked removes publication id, its variant and the subscriptions to that variant. It
+// does not bump the generation.
+func (s *Sim) endPublicationLocked(id string) {
+	p := s.pubs[id]
+	if p == nil {
+		return
+	}
+	s.stopTimerLocked(p)
+	delete(s.pubs, id)
+	if src := s.sourceLocked(p.SourceID); src != nil {
+		if st := src.stream(p.StreamID); st != nil {
+			st.removeVariant(p.VariantID)
+		}
+	}
+	for sid, sub := range s.subs {
+		if sub.SourceID == p.SourceID && sub.StreamID == p.StreamID && sub.VariantID == p.VariantID {
+			delete(s.subs, sid)
+		}
+	}
+}
+
+func (s *Sim) stopTimerLocked(p *publication) {
+	if p.timer != nil && p.timer.Stop() {
+		s.timers.Done() // the callback will not run
+	}
+	p.timer = nil
+}
+
+// ready runs ReadyDelay after publication id started: its variant turns READY or FAILED.
+func (s *Sim) ready(id string) {
+	defer s.timers.Done()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pubs[id]
+	if s.stopped || p == nil {
+		return
+	}
+	p.timer = nil
+	src := s.sourceLocked(p.SourceID)
+	st := src.stream(p.StreamID)
+	v := st.variant(p.VariantID)
+	if v == nil || v.pubID != id || v.State != capabilities.StatePending {
+		return
+	}
+	v.State = capabilities.StateReady
+	if s.failing[VariantRef{SourceID: p.SourceID, StreamID: p.StreamID, VariantID: p.VariantID}] {
+		v.State = capabilities.StateFailed
+	}
+	s.log.Info("sim: variant "+string(v.State), "source_id", p.SourceID, "stream_id", p.StreamID, "variant_id", p.VariantID, "publication_id", id)
+	s.bumpLocked("variant " + string(v.State))
+}
+
+// handleGet answers caps.v1.get with the whole ServerCapabilities.
+func (s *Sim) handleGet(m *nats.Msg) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return // a stopped server answers nothing
+	}
+	data, err := json.Marshal(s.capabilitiesLocked())
+	s.mu.Unlock()
+	if err != nil {
+		s.log.Error("sim: encode capabilities", "error", err)
+		return
+	}
+	if err := m.Respond(data); err != nil {
+		s.log.Warn("sim: respond to caps get", "error", err)
+	}
+}
+
+// handleCommand serves one media command.
+func (s *Sim) handleCommand(m *nats.Msg) {
+	principal, cmd, ok := capabilities.ParseCommandSubject(s.prefix, m.Subject)
+	if !ok {
+		// Record the raw token so a test sees who tried.
+		principal, _, _ = strings.Cut(strings.TrimPrefix(m.Subject, s.prefix+".media.v1."), ".")
+	}
+	var reply capabilities.Reply
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return // a stopped server answers nothing
+	}
+	if !ok {
+		reply = capabilities.ErrorReply(capabilities.Errorf(capabilities.CodeInvalidArgument, "subject %q is not a media command subject", m.Subject))
+	} else {
+		reply = s.executeLocked(principal, cmd, m.Data)
+	}
+	s.commands = append(s.commands, CommandRecord{Principal: principal, Command: cmd, Body: slices.Clone(m.Data), Reply: reply})
+	s.mu.Unlock()
+	attrs := []any{"principal", principal, "command", cmd, "body", string(m.Data)}
+	if reply.OK {
+		s.log.Info("sim: command ok", append(attrs, "reply", fmt.Sprintf("%+v", reply))...)
+	} else {
+		s.log.Info("sim: command failed", append(attrs, "error", reply.Error.Error())...)
+	}
+	data, _ := json.Marshal(reply)
+	if err := m.Respond(data); err != nil {
+		s.log.Warn("sim: respond", "command", cmd, "error", err)
+	}
+}
+
+// decode decodes body strictly into v: unknown fields and trailing data are INVALID_ARGUMENT.
+func decode(body []byte, v any) *capabilities.Error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return capabilities.Errorf(capabilities.CodeInvalidArgument, "malformed request: %v", err)
+	}
+	if dec.More() {
+		return capabilities.Errorf(capabilities.CodeInvalidArgument, "malformed request: data after the object")
+	}
+	return nil
+}
+
+// identifiers checks name/value pairs against the identifier rule, in order.
+func identifiers(pairs ...string) *capabilities.Error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if !capabilities.ValidIdentifier(pairs[i+1]) {
+			return capabilities.Errorf(capabilities.CodeInvalidArgument, "invalid %s %q", pairs[i], pairs[i+1])
+		}
+	}
+	return nil
+}
+
+func (s *Sim) executeLocked(principal string, cmd capabilities.Command, body []byte) capabilities.Reply {
+	var (
+		r   capabilities.Reply
+		err *capabilities.Error
+	)
+	switch cmd {
+	case capabilities.CommandStartPublication:
+		r, err = s.startPublicationLocked(principal, body)
+	case capabilities.CommandStopPublication:
+		r, err = s.stopPublicationLocked(principal, body)
+	case capabilities.CommandSubscribe:
+		r, err = s.subscribeLocked(principal, body)
+	case capabilities.CommandUnsubscribe:
+		r, err = s.unsubscribeCmdLocked(principal, body)
+	default:
+		err = capabilities.Errorf(capabilities.CodeInvalidArgument, "unknown command %q", cmd)
+	}
+	if err != nil {
+		return capabilities.ErrorReply(err)
+	}
+	r.OK = true
+	return r
+}
+
+// sessionLocked finds the online source whose current session is sessionID.
+func (s *Sim) sessionLocked(sessionID string) (*source, *capabilities.Error) {
+	for _, src := range s.sources {
+		if src.sessionID == sessionID {
+			if !src.online {
+				return nil, capabilities.Errorf(capabilities.CodeSourceUnavailable, "source %q is offline", src.id)
+			}
+			return src, nil
+		}
+	}
+	return nil, capabilities.Errorf(capabilities.CodeSourceUnavailable, "no source has session %q (stale or unknown)", sessionID)
+}
+
+func (s *Sim) startPublicationLocked(principal string, body []byte) (capabilities.Reply, *capabilities.Error) {
+	var req capabilities.StartPublicationRequest
+	if err := decode(body, &req); err != nil {
+		return capabilities.Reply{}, err
+	}
+	// The mode first: a zero-value StartPublication is RECORDING_MODE_INVALID.
+	if !capabilities.ValidRecordingMode(req.RecordingMode) {
+		return capabilities.Reply{}, capabilities.Errorf(capabilities.CodeRecordingModeInvalid, "recording_mode %q is not one of inherit, disabled, required", req.RecordingMode)
+	}
+	if err := identifiers("session_id", req.SessionID, "stream_id", req.StreamID, "variant_id", req.VariantID, "output_profile", req.OutputProfile); err != nil {
+		return capabilities.Reply{}, err
+	}
+	src, err := s.sessionLocked(req.SessionID)
+	if err != nil {
+		return capabilities.Reply{}, err
+	}
+	st := src.stream(req.StreamID)
+	if st == nil {
+		return capabilities.Reply{}, capabilities.Errorf(capabilities.CodeSourceUnavailable, "source %q has no stream %q", src.id, req.StreamID)
+	}
+	if !slices.Contains(src.modes, req.RecordingMode) {
+		return capabilities.Reply{}, capabilities.Errorf(capabilities.CodeRecordingModeInvalid, "source %q does not allow recording_mode %q (allowed: %v)", src.id, req.RecordingMode, src.modes)
+	}
+	if v := st.variant(req.VariantID); v != nil {
+		switch {
+		case v.pubID == "":
+			return capabilities.Reply{}, capabilities.Errorf(capabilities.CodePublicationConflict, "variant %q of %s/%s is the source's own", req.VariantID, src.id, st.id)
+		case v.Publisher != principal:
+			return capabilities.Reply{}, capabilities.Errorf(capabilities.CodePublicationConflict, "variant %q of %s/%s is published by %q", req.VariantID, src.id, st.id, v.Publisher)
+		}
+		s.endPublicationLocked(v.pubID) // the same principal takes it over
+	}
+	codec, w, h := ParseOutputProfile(req.OutputProfile)
+	p := &publication{PublicationInfo: PublicationInfo{
+		ID: newID("pub"), Principal: principal, SourceID: src.id, SessionID: src.sessionID, StreamID: st.id,
+		VariantID: req.VariantID, OutputProfile: req.OutputProfile, RecordingMode: req.RecordingMode,
+	}}
+	st.variants = append(st.variants, &variant{pubID: p.ID, Variant: capabilities.Variant{
+		VariantID: req.VariantID, Codec: codec, Width: w, Height: h, State: capabilities.StatePending, Publisher: principal,
+	}})
+	s.pubs[p.ID] = p
+	if !s.stopped {
+		s.timers.Add(1)
+		id := p.ID
+		p.timer = time.AfterFunc(s.readyDelay, func() { s.ready(id) })
+	}
+	s.bumpLocked("publication started")
+	return capabilities.Reply{PublicationID: p.ID, VariantID: req.VariantID}, nil
+}
+
+func (s *Sim) stopPublicationLocked(principal string, body []byte) (capabilities.Reply, *capabilities.Error) {
+	var req capabilities.StopPublicationRequest
+	if err := decode(body, &req); err != nil {
+		return capabilities.Reply{}, err
+	}
+	if !capabilities.ValidIdentifier(req.PublicationID) {
+		return capabilities.Reply{}, capabilities.Errorf(capabilities.CodeInvalidArgument, "invalid publication_id %q", req.PublicationID)
+	}
+	p := s.pubs[req.PublicationID]
+	if p == nil || p.Principal != principal {
+		return capabilities.Reply{}, capabilities.Errorf(capabilities.CodePublicationNotFound, "no publication %q of %q", req.PublicationID, principal)
+	}
+	s.endPublicationLocked(p.ID)
+	s.bumpLocked("publication stopped")
+	return capabilities.Reply{}, nil
+}
+
+func (s *Sim) subscribeLocked(principal string, body []byte) (capabilities.Reply, *capabilities.Error) {
+	var req capabilities.SubscribeRequest
+	if err := decode(body, &req); err != nil {
+		return capabilities.Reply{}, err
+	}
+	if err := identifiers("session_id", req.SessionID, "stream_id", req.StreamID); err != nil {
+		return capabilities.Reply{}, err
+	}
+	if req.VariantID != "" && !capabilities.ValidIdentifier(req.VariantID) {
+		return capabilities.Reply{}, capabilities.Errorf(capabilities.CodeInvalidArgument, "invalid variant_id %q", req.VariantID)
+	}
+	src, err := s.sessionLocked(req.SessionID)
+	if err != nil {
+		return capabilities.Reply{}, err
+	}
+	st := src.stream(req.StreamID)
+	if st == nil {
+		return capabilities.Reply{}, capabilities.Errorf(capabilities.CodeVariantNotReady, "source %q has no stream %q", src.id, req.StreamID)
+	}
+	var v *variant
+	if req.VariantID == "" {
+		v = st.variant(OriginalVariantID)
+	} else {
+		v = st.variant(req.VariantID)
+	}
+	if v == nil {
+		return capabilities.Reply{}, capabilities.Errorf(capabilities.CodeVariantNotReady, "%s/%s has no variant %q", src.id, st.id, req.VariantID)
+	}
+	if v.State != capabilities.StateReady {
+		return capabilities.Reply{}, capabilities.Errorf(capabilities.CodeVariantNotReady, "variant %q of %s/%s is %s", v.VariantID, src.id, st.id, v.State)
+	}
+	sub := &SubscriptionInfo{ID: newID("sub"), Principal: principal, SourceID: src.id, SessionID: src.sessionID, StreamID: st.id, VariantID: v.VariantID}
+	s.subs[sub.ID] = sub
+	return capabilities.Reply{SubscriptionID: sub.ID, VariantID: v.VariantID}, nil
+}
+
+func (s *Sim) unsubscribeCmdLocked(principal string, body []byte) (capabilities.Reply, *capabilities.Error) {
+	var req capabilities.UnsubscribeRequest
+	if err := decode(body, &req); err != nil {
+		return capabilities.Reply{}, err
+	}
+	if !capabilities.ValidIdentifier(req.SubscriptionID) {
+		return capabilities.Reply{}, capabilities.Errorf(capabilities.CodeInvalidArgument, "invalid subscription_id %q", req.SubscriptionID)
+	}
+	sub := s.subs[req.SubscriptionID]
+	if sub == nil || sub.Principal != principal {
+		return capabilities.Reply{}, capabilities.Errorf(capabilities.CodeSubscriptionNotFound, "no subscription %q of %q", req.SubscriptionID, principal)
+	}
+	delete(s.subs, sub.ID)
+	return capabilities.Reply{}, nil
+}
+
+// resolutions maps a resolution token of an output profile to its width and height.
+var resolutions = map[string][2]int{
+	"2160p": {3840, 2160}, "1440p": {2560, 1440}, "1080p": {1920, 1080}, "720p": {1280, 720},
+	"540p": {960, 540}, "480p": {854, 480}, "360p": {640, 360}, "240p": {426, 240},
+}
+
+// codecs are the codec tokens an output profile may name.
+var codecs = []string{"h264", "h265", "hevc", "vp8", "vp9", "av1", "mjpeg", "jpeg", "opus", "aac", "pcmu", "pcma"}
+
+// ParseOutputProfile derives a variant's codec and size from an output profile: the profile's
+// dash-separated tokens are searched for a codec (h264, vp9, opus, ...) and a resolution (720p,
+// 1080p, ...). "browser-h264-720p" is h264 1280x720; "opus-48k" is opus 0x0; a profile naming no known
+// codec is "unknown" 0x0.
+func ParseOutputProfile(profile string) (codec string, width, height int) {
+	codec = "unknown"
+	var known bool
+	var res [2]int
+	for tok := range strings.SplitSeq(strings.ToLower(profile), "-") {
+		if !known && slices.Contains(codecs, tok) {
+			codec, known = tok, true
+		}
+		if r, ok := resolutions[tok]; ok && res == [2]int{} {
+			res = r
+		}
+	}
+	if !known {
+		return "unknown", 0, 0
+	}
+	return codec, res[0], res[1]
+}

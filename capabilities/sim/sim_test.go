@@ -1,0 +1,364 @@
+package sim_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/keeppeek/coordination/capabilities"
+	"github.com/keeppeek/coordination/capabilities/sim"
+	"github.com/keeppeek/coordination/internal/natsserver"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const testTimeout = 10 * time.Second
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// start runs NATS and a simulator with opts; it returns the simulator and a client connection.
+func start(t *testing.T, opts sim.Options) (*sim.Sim, *nats.Conn) {
+	t.Helper()
+	ns, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	conn := func() *nats.Conn {
+		nc, err := nats.Connect(ns.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	s := sim.New(conn(), opts)
+	if err := s.Start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s, conn()
+}
+
+// request sends a raw command as principal and decodes the reply envelope.
+func request(t *testing.T, nc *nats.Conn, prefix, principal string, cmd capabilities.Command, body string) (capabilities.Reply, string) {
+	t.Helper()
+	msg, err := nc.RequestWithContext(ctxT(t), capabilities.CommandSubject(prefix, principal, cmd), []byte(body))
+	if err != nil {
+		t.Fatalf("%s: %v", cmd, err)
+	}
+	var r capabilities.Reply
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		t.Fatalf("%s reply %s: %v", cmd, msg.Data, err)
+	}
+	return r, string(msg.Data)
+}
+
+func fetch(t *testing.T, nc *nats.Conn, prefix string) (capabilities.ServerCapabilities, string) {
+	t.Helper()
+	msg, err := nc.RequestWithContext(ctxT(t), capabilities.GetSubject(prefix), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c capabilities.ServerCapabilities
+	if err := json.Unmarshal(msg.Data, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c, string(msg.Data)
+}
+
+// changes subscribes to the changed subject and returns a function that awaits the next generation.
+func changes(t *testing.T, nc *nats.Conn, prefix string) func() uint64 {
+	t.Helper()
+	ch := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(capabilities.ChangedSubject(prefix), ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() uint64 {
+		t.Helper()
+		select {
+		case m := <-ch:
+			var c capabilities.Changed
+			if err := json.Unmarshal(m.Data, &c); err != nil {
+				t.Fatalf("changed %s: %v", m.Data, err)
+			}
+			return c.Generation
+		case <-time.After(testTimeout):
+			t.Fatal("no changed message")
+			return 0
+		}
+	}
+}
+
+func TestGetAnswersTheWholeCapabilities(t *testing.T) {
+	s, nc := start(t, sim.Options{Prefix: "test.kp", Sources: []sim.SourceConfig{{
+		SourceID: "front-door", RecordingModes: []string{"disabled"},
+		Streams: []sim.StreamConfig{{StreamID: "video", MediaKind: "video", Codec: "h264", Width: 640, Height: 480}},
+	}}})
+	c, raw := fetch(t, nc, "test.kp")
+	session, _, _ := s.SessionID("front-door")
+	want := `{"generation":1,"sources":[{"source_id":"front-door","session_id":"` + session + `","online":true,"streams":[{"stream_id":"video","media_kind":"video","variants":[{"variant_id":"source","codec":"h264","width":640,"height":480,"state":"READY","publisher":""}]}],"publication":{"recording_modes":["disabled"]}}]}`
+	if raw != want {
+		t.Errorf("caps.v1.get\n got %s\nwant %s", raw, want)
+	}
+	if c.Generation != s.Generation() {
+		t.Errorf("generation %d, sim %d", c.Generation, s.Generation())
+	}
+}
+
+func TestDefaultSources(t *testing.T) {
+	_, nc := start(t, sim.Options{Sources: sim.Sources("front-door", "back-yard")})
+	c, _ := fetch(t, nc, capabilities.DefaultPrefix)
+	if len(c.Sources) != 2 || c.Sources[0].SourceID != "front-door" || c.Sources[1].SourceID != "back-yard" {
+		t.Fatalf("sources %+v", c.Sources)
+	}
+	for _, src := range c.Sources {
+		if !src.Online || src.SessionID == "" || !slices.Equal(src.Publication.RecordingModes, capabilities.RecordingModes()) {
+			t.Errorf("source %+v", src)
+		}
+		v, ok := c.Variant(src.SourceID, "video", sim.OriginalVariantID)
+		a, aok := c.Variant(src.SourceID, "audio", sim.OriginalVariantID)
+		if !ok || !aok || v.State != capabilities.StateReady || a.Codec != "opus" {
+			t.Errorf("%s streams %+v", src.SourceID, src.Streams)
+		}
+	}
+	if c.Sources[0].SessionID == c.Sources[1].SessionID {
+		t.Error("two sources share a session")
+	}
+}
+
+func TestEveryChangeIsTheNextGeneration(t *testing.T) {
+	s, nc := start(t, sim.Options{Sources: sim.Sources("front-door"), ReadyDelay: 10 * time.Millisecond})
+	next := changes(t, nc, capabilities.DefaultPrefix)
+	session, _, _ := s.SessionID("front-door")
+
+	r, raw := request(t, nc, "kp", "alice", capabilities.CommandStartPublication,
+		`{"session_id":"`+session+`","stream_id":"video","variant_id":"cv-640","output_profile":"cv-h264-360p","recording_mode":"inherit"}`)
+	if !r.OK || r.PublicationID == "" || r.VariantID != "cv-640" {
+		t.Fatalf("start_publication reply %s", raw)
+	}
+	if g := next(); g != 2 { // PENDING
+		t.Errorf("generation %d, want 2", g)
+	}
+	if g := next(); g != 3 { // READY
+		t.Errorf("generation %d, want 3", g)
+	}
+	c, _ := fetch(t, nc, "kp")
+	v, _ := c.Variant("front-door", "video", "cv-640")
+	if c.Generation != 3 || v != (capabilities.Variant{VariantID: "cv-640", Codec: "h264", Width: 640, Height: 360, State: capabilities.StateReady, Publisher: "alice"}) {
+		t.Errorf("generation %d, variant %+v", c.Generation, v)
+	}
+	r, raw = request(t, nc, "kp", "alice", capabilities.CommandStopPublication, `{"publication_id":"`+r.PublicationID+`"}`)
+	if !r.OK || raw != `{"ok":true}` {
+		t.Fatalf("stop_publication reply %s", raw)
+	}
+	if g := next(); g != 4 {
+		t.Errorf("generation %d, want 4", g)
+	}
+	if err := s.SetOnline("front-door", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetOnline("front-door", false); err != nil { // no change
+		t.Fatal(err)
+	}
+	if err := s.SetOnline("front-door", true); err != nil {
+		t.Fatal(err)
+	}
+	if g1, g2 := next(), next(); g1 != 5 || g2 != 6 {
+		t.Errorf("generations %d, %d; want 5, 6", g1, g2)
+	}
+	if err := s.AddSource(sim.SourceConfig{SourceID: "garage"}); err != nil {
+		t.Fatal(err)
+	}
+	if g := next(); g != 7 {
+		t.Errorf("generation %d, want 7", g)
+	}
+	if err := s.AddSource(sim.SourceConfig{SourceID: "garage"}); err == nil {
+		t.Error("duplicate source added")
+	}
+	if err := s.SetOnline("attic", true); err == nil {
+		t.Error("SetOnline of an unknown source")
+	}
+}
+
+func TestStartPublicationProtocolErrors(t *testing.T) {
+	s, nc := start(t, sim.Options{Sources: sim.Sources("front-door"), ReadyDelay: time.Hour})
+	session, _, _ := s.SessionID("front-door")
+	for _, tc := range []struct {
+		name, body string
+		code       capabilities.Code
+	}{
+		{"zero value", `{}`, capabilities.CodeRecordingModeInvalid},
+		{"zero value fields", `{"session_id":"","stream_id":"","variant_id":"","output_profile":"","recording_mode":""}`, capabilities.CodeRecordingModeInvalid},
+		{"no mode", `{"session_id":"` + session + `","stream_id":"video","variant_id":"v","output_profile":"p"}`, capabilities.CodeRecordingModeInvalid},
+		{"unknown mode", `{"session_id":"` + session + `","stream_id":"video","variant_id":"v","output_profile":"p","recording_mode":"sometimes"}`, capabilities.CodeRecordingModeInvalid},
+		{"unknown field", `{"session_id":"` + session + `","stream_id":"video","variant_id":"v","output_profile":"p","recording_mode":"inherit","owner":"bob"}`, capabilities.CodeInvalidArgument},
+		{"not json", `start please`, capabilities.CodeInvalidArgument},
+		{"no variant", `{"session_id":"` + session + `","stream_id":"video","output_profile":"p","recording_mode":"inherit"}`, capabilities.CodeInvalidArgument},
+		{"unknown stream", `{"session_id":"` + session + `","stream_id":"depth","variant_id":"v","output_profile":"p","recording_mode":"inherit"}`, capabilities.CodeSourceUnavailable},
+		{"unknown session", `{"session_id":"sess-0","stream_id":"video","variant_id":"v","output_profile":"p","recording_mode":"inherit"}`, capabilities.CodeSourceUnavailable},
+	} {
+		r, raw := request(t, nc, "kp", "alice", capabilities.CommandStartPublication, tc.body)
+		if r.OK || r.Error == nil || r.Error.Code != tc.code || r.Error.Message == "" {
+			t.Errorf("%s: reply %s, want %s", tc.name, raw, tc.code)
+		}
+	}
+	if len(s.Publications()) != 0 {
+		t.Errorf("publications after refused commands: %+v", s.Publications())
+	}
+	cmds := s.Commands()
+	if len(cmds) != 9 || cmds[0].Principal != "alice" || cmds[0].Command != capabilities.CommandStartPublication || string(cmds[0].Body) != `{}` {
+		t.Errorf("commands %+v", cmds)
+	}
+}
+
+func TestOfflineEndsPublicationsAndSubscriptions(t *testing.T) {
+	s, nc := start(t, sim.Options{Sources: sim.Sources("front-door", "back-yard"), ReadyDelay: time.Hour})
+	fd, _, _ := s.SessionID("front-door")
+	by, _, _ := s.SessionID("back-yard")
+	for _, session := range []string{fd, by} {
+		if r, raw := request(t, nc, "kp", "alice", capabilities.CommandStartPublication,
+			`{"session_id":"`+session+`","stream_id":"video","variant_id":"v","output_profile":"browser-vp9-1080p","recording_mode":"required"}`); !r.OK {
+			t.Fatal(raw)
+		}
+		if r, raw := request(t, nc, "kp", "bob", capabilities.CommandSubscribe, `{"session_id":"`+session+`","stream_id":"audio"}`); !r.OK || r.VariantID != sim.OriginalVariantID {
+			t.Fatal(raw)
+		}
+	}
+	if len(s.Publications()) != 2 || len(s.Subscriptions()) != 2 {
+		t.Fatalf("publications %+v, subscriptions %+v", s.Publications(), s.Subscriptions())
+	}
+	if err := s.SetOnline("front-door", false); err != nil {
+		t.Fatal(err)
+	}
+	pubs, subs := s.Publications(), s.Subscriptions()
+	if len(pubs) != 1 || pubs[0].SourceID != "back-yard" || len(subs) != 1 || subs[0].SourceID != "back-yard" {
+		t.Errorf("after offline: publications %+v, subscriptions %+v", pubs, subs)
+	}
+	c := s.Capabilities()
+	src, _ := c.Source("front-door")
+	if src.Online || src.SessionID != fd {
+		t.Errorf("offline source %+v", src)
+	}
+	for _, st := range src.Streams {
+		if len(st.Variants) != 0 {
+			t.Errorf("offline source advertises variants: %+v", st)
+		}
+	}
+	if v, ok := c.Variant("back-yard", "video", "v"); !ok || v.Codec != "vp9" || v.Width != 1920 || v.State != capabilities.StatePending {
+		t.Errorf("back-yard variant %+v", v)
+	}
+	if err := s.SetOnline("front-door", true); err != nil {
+		t.Fatal(err)
+	}
+	if now, online, _ := s.SessionID("front-door"); !online || now == fd {
+		t.Errorf("back online with session %q (old %q)", now, fd)
+	}
+	if v, ok := s.Capabilities().Variant("front-door", "video", sim.OriginalVariantID); !ok || v.State != capabilities.StateReady {
+		t.Errorf("original variant after reconnect: %+v %v", v, ok)
+	}
+}
+
+func TestSetFailingAtRuntime(t *testing.T) {
+	s, nc := start(t, sim.Options{Sources: sim.Sources("front-door"), ReadyDelay: 10 * time.Millisecond})
+	next := changes(t, nc, "kp")
+	session, _, _ := s.SessionID("front-door")
+	ref := sim.VariantRef{SourceID: "front-door", StreamID: "audio", VariantID: "aac"}
+	s.SetFailing(ref, true)
+	body := `{"session_id":"` + session + `","stream_id":"audio","variant_id":"aac","output_profile":"aac-128k","recording_mode":"inherit"}`
+	if r, raw := request(t, nc, "kp", "alice", capabilities.CommandStartPublication, body); !r.OK {
+		t.Fatal(raw)
+	}
+	next() // PENDING
+	next() // FAILED
+	if v, _ := s.Capabilities().Variant("front-door", "audio", "aac"); v.State != capabilities.StateFailed || v.Codec != "aac" {
+		t.Errorf("variant %+v, want FAILED aac", v)
+	}
+	// Retried after the fault is cleared: the same principal takes it over and it turns READY.
+	s.SetFailing(ref, false)
+	if r, raw := request(t, nc, "kp", "alice", capabilities.CommandStartPublication, body); !r.OK {
+		t.Fatal(raw)
+	}
+	next()
+	next()
+	if v, _ := s.Capabilities().Variant("front-door", "audio", "aac"); v.State != capabilities.StateReady {
+		t.Errorf("variant %+v, want READY", v)
+	}
+}
+
+func TestStopStopsServing(t *testing.T) {
+	s, nc := start(t, sim.Options{Sources: sim.Sources("front-door"), ReadyDelay: time.Hour})
+	session, _, _ := s.SessionID("front-door")
+	if r, raw := request(t, nc, "kp", "alice", capabilities.CommandStartPublication,
+		`{"session_id":"`+session+`","stream_id":"video","variant_id":"v","output_profile":"p","recording_mode":"inherit"}`); !r.OK {
+		t.Fatal(raw)
+	}
+	s.Stop() // stops the hour-long READY timer (goleak checks)
+	s.Stop()
+	if _, err := nc.RequestWithContext(ctxT(t), capabilities.GetSubject("kp"), nil); !errors.Is(err, nats.ErrNoResponders) {
+		t.Errorf("get after Stop: %v, want no responders", err)
+	}
+	if err := s.Start(ctxT(t)); err == nil {
+		t.Error("Start after Stop succeeded")
+	}
+}
+
+func TestInvalidOptions(t *testing.T) {
+	nc := &nats.Conn{}
+	for name, o := range map[string]sim.Options{
+		"prefix":        {Prefix: "kp.*"},
+		"ready delay":   {ReadyDelay: -time.Second},
+		"source id":     {Sources: sim.Sources("a/b")},
+		"duplicate":     {Sources: sim.Sources("a", "a")},
+		"stream id":     {Sources: []sim.SourceConfig{{SourceID: "a", Streams: []sim.StreamConfig{{StreamID: ""}}}}},
+		"stream repeat": {Sources: []sim.SourceConfig{{SourceID: "a", Streams: []sim.StreamConfig{{StreamID: "v"}, {StreamID: "v"}}}}},
+	} {
+		if err := sim.New(nc, o).Start(ctxT(t)); err == nil {
+			t.Errorf("%s: Start accepted invalid options", name)
+		}
+	}
+	if err := sim.New(nil, sim.Options{}).Start(ctxT(t)); err == nil {
+		t.Error("nil connection accepted")
+	}
+}
+
+func TestParseOutputProfile(t *testing.T) {
+	for _, tc := range []struct {
+		profile string
+		codec   string
+		w, h    int
+	}{
+		{"browser-h264-720p", "h264", 1280, 720},
+		{"browser-H264-1080p", "h264", 1920, 1080},
+		{"cv-vp9-360p", "vp9", 640, 360},
+		{"opus-48k", "opus", 0, 0},
+		{"av1", "av1", 0, 0},
+		{"thumbnail-720p", "unknown", 0, 0},
+		{"", "unknown", 0, 0},
+	} {
+		c, w, h := sim.ParseOutputProfile(tc.profile)
+		if c != tc.codec || w != tc.w || h != tc.h {
+			t.Errorf("%q: %s %dx%d, want %s %dx%d", tc.profile, c, w, h, tc.codec, tc.w, tc.h)
+		}
+	}
+}

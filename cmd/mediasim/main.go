@@ -1,0 +1,117 @@
+// Command mediasim runs the media server simulator of package capabilities/sim against a NATS server
+// until SIGINT or SIGTERM, logging every command it serves:
+//
+//	mediasim --nats-url nats://127.0.0.1:4222 --user media --password P \
+//	    --sources front-door,back-yard --ready-delay 300ms
+//
+// It answers `<prefix>.caps.v1.get`, announces changes on `<prefix>.caps.v1.changed` and serves the
+// media commands on `<prefix>.media.v1.*.<command>` (SPEC.md section 12). Under stated's permissions
+// it must connect as a principal with `media = true`.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/capabilities"
+	"github.com/keeppeek/coordination/capabilities/sim"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run parses args, runs the simulator until ctx ends and returns the exit code.
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("mediasim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("nats-url", nats.DefaultURL, "NATS server URL")
+	user := fs.String("user", "", "NATS user (a principal with media permissions under stated)")
+	password := fs.String("password", "", "NATS password")
+	prefix := fs.String("prefix", capabilities.DefaultPrefix, "subject prefix")
+	sources := fs.String("sources", "front-door,back-yard", "comma-separated source ids")
+	readyDelay := fs.Duration("ready-delay", sim.DefaultReadyDelay, "how long a started publication stays PENDING")
+	failing := fs.String("fail", "", "comma-separated source/stream/variant whose publications turn FAILED")
+	verbose := fs.Bool("v", false, "also log every generation")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "mediasim: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	opts := sim.Options{Prefix: *prefix, ReadyDelay: *readyDelay, Logger: log}
+	for id := range strings.SplitSeq(*sources, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			opts.Sources = append(opts.Sources, sim.SourceConfig{SourceID: id})
+		}
+	}
+	for ref := range strings.SplitSeq(*failing, ",") {
+		if ref = strings.TrimSpace(ref); ref == "" {
+			continue
+		}
+		parts := strings.Split(ref, "/")
+		if len(parts) != 3 {
+			fmt.Fprintf(stderr, "mediasim: --fail %q: want source/stream/variant\n", ref)
+			return 2
+		}
+		opts.Failing = append(opts.Failing, sim.VariantRef{SourceID: parts[0], StreamID: parts[1], VariantID: parts[2]})
+	}
+
+	natsOpts := []nats.Option{nats.Name("keeppeek-mediasim"), nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "error", err) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
+	}
+	if *user != "" {
+		natsOpts = append(natsOpts, nats.UserInfo(*user, *password), nats.CustomInboxPrefix("_INBOX."+*user))
+	}
+	nc, err := nats.Connect(*url, natsOpts...)
+	if err != nil {
+		log.Error("connect", "url", *url, "error", err)
+		return 1
+	}
+	defer nc.Close()
+
+	s := sim.New(nc, opts)
+	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = s.Start(startCtx)
+	cancel()
+	if err != nil {
+		log.Error("start", "error", err)
+		return 1
+	}
+	for _, src := range s.Capabilities().Sources {
+		log.Info("source", "source_id", src.SourceID, "session_id", src.SessionID, "online", src.Online)
+	}
+	log.Info("media simulator running", "url", nc.ConnectedUrlRedacted(), "prefix", *prefix, "ready_delay", *readyDelay)
+	<-ctx.Done()
+	log.Info("stopping")
+	s.Stop()
+	if err := nc.FlushTimeout(2 * time.Second); err != nil {
+		log.Warn("flush", "error", err)
+	}
+	return 0
+}

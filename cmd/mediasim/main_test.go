@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/keeppeek/coordination/capabilities"
+	"github.com/keeppeek/coordination/internal/natsserver"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestMediasimServesUntilCancelled(t *testing.T) {
+	ns, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0", Users: []natsserver.User{
+		{Name: "media", Password: "m"}, {Name: "alice", Password: "a"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	}()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs syncBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"--nats-url", ns.ClientURL(), "--user", "media", "--password", "m",
+			"--sources", "front-door,back-yard", "--ready-delay", "10ms"}, &logs)
+	}()
+
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo("alice", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	tr := capabilities.NewTracker(nc, capabilities.TrackerOptions{RefetchBackoff: 10 * time.Millisecond})
+	startCtx, startCancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer startCancel()
+	if err := tr.Start(startCtx); err != nil {
+		t.Fatalf("tracker: %v (logs: %s)", err, logs.String())
+	}
+	defer tr.Stop()
+	session, online, ok := tr.Resolve("back-yard")
+	if !ok || !online {
+		t.Fatalf("back-yard not resolved: %+v", tr.Current())
+	}
+	cmds, err := capabilities.NewCommands(nc, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cmds.StartPublication(startCtx, capabilities.StartPublicationRequest{SessionID: session, StreamID: "video",
+		VariantID: "browser-h264-720p", OutputProfile: "browser-h264-720p", RecordingMode: "disabled"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.WaitReady(startCtx, "back-yard", "video", "browser-h264-720p"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmds.StopPublication(startCtx, "pub-nope"); !errors.Is(err, capabilities.ErrPublicationNotFound) {
+		t.Errorf("StopPublication: %v", err)
+	}
+
+	cancel()
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Errorf("exit code %d", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("mediasim did not stop")
+	}
+	out := logs.String()
+	for _, want := range []string{"command ok", "principal=alice", "command=start_publication", "command failed", "PUBLICATION_ERROR_CODE_NOT_FOUND", "stopping"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestMediasimFlags(t *testing.T) {
+	var out syncBuffer
+	if c := run(context.Background(), []string{"--fail", "front-door/video"}, &out); c != 2 {
+		t.Errorf("bad --fail: exit %d", c)
+	}
+	if c := run(context.Background(), []string{"extra"}, &out); c != 2 {
+		t.Errorf("extra argument: exit %d", c)
+	}
+	if c := run(context.Background(), []string{"--nats-url", "nats://127.0.0.1:1", "--sources", "a"}, &out); c != 1 {
+		t.Errorf("unreachable NATS: exit %d", c)
+	}
+}
