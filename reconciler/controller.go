@@ -1,0 +1,337 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keeppeek/coordination/store/client"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxConcurrent = 1
+	DefaultBaseBackoff   = 50 * time.Millisecond
+	DefaultMaxBackoff    = 30 * time.Second
+)
+
+// ErrStopped is returned by Start when the controller was stopped (or Start was called before).
+var ErrStopped = errors.New("reconciler: controller stopped")
+
+// Options configure a Controller. Namespace is required; the rest is optional.
+type Options struct {
+	// Namespace is the watched namespace, e.g. "service/transcoder-a".
+	Namespace string
+	// KeyPrefix narrows the watch to keys starting with it, e.g. "intents/" (empty: every key). A watch
+	// snapshot is bounded (SPEC section 7.2): a prefix matching more is WATCH_TOO_BROAD at Start.
+	KeyPrefix string
+	// MaxConcurrent bounds how many Reconciles (of different keys) run at once. Default 1.
+	MaxConcurrent int
+	// BaseBackoff is the wait before the first retry of a key whose Reconcile failed; each further
+	// failure doubles it, up to MaxBackoff, and a success resets it. Default 50 ms.
+	BaseBackoff time.Duration
+	// MaxBackoff caps the retry wait. Default 30 s. It must not be below BaseBackoff.
+	MaxBackoff time.Duration
+	// Triggers re-enqueue every known key whenever one of them receives a value: things a Reconcile
+	// depends on besides its entry, such as the media server's capabilities (pass the channel of
+	// capabilities.Tracker.Subscribe). A closed trigger is ignored from then on.
+	Triggers []<-chan struct{}
+	// ResyncEvery, when positive, re-enqueues every known key periodically, so drift that no event
+	// reports is corrected eventually. Default 0: never.
+	ResyncEvery time.Duration
+	// Logger logs failed Reconciles and resyncs. Default: discard.
+	Logger *slog.Logger
+	// WatchID is the id of the cache's watch (the watch_id rule). Default: a random one. A fixed id lets
+	// a restarted process take over the watch its predecessor left behind.
+	WatchID string
+}
+
+// Controller keeps a Cache of the entries under Namespace/KeyPrefix and calls a Reconciler for every
+// key that may need work: every key of each snapshot the cache installs (the first one included, and
+// keys a resync found gone), every PUT, DELETE and EXPIRE, every trigger fire and every ResyncEvery
+// (all known keys), and every Enqueue. Its workqueue deduplicates keys, never runs two Reconciles of
+// one key at once, retries failures with per-key exponential backoff and honours Result.
+//
+// New, then Start, then Stop. Its methods are safe for concurrent use.
+type Controller struct {
+	c   *client.Client
+	r   Reconciler
+	o   Options
+	log *slog.Logger
+	q   *queue
+
+	cache atomic.Pointer[client.Cache]
+
+	ctx    context.Context // the controller's lifetime; Reconciles get it
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	wg      sync.WaitGroup // workers, triggers, ticker
+	stop    sync.Once
+
+	knownMu sync.Mutex
+	known   map[string]struct{} // the cache's keys, as the handlers saw them
+}
+
+// New returns a controller that reconciles the entries of o.Namespace under o.KeyPrefix through c
+// with r. It checks the options and starts nothing; see Start.
+func New(c *client.Client, r Reconciler, o Options) (*Controller, error) {
+	switch {
+	case c == nil:
+		return nil, errors.New("reconciler: nil client")
+	case r == nil:
+		return nil, errors.New("reconciler: nil Reconciler")
+	case !wire.ValidNamespace(o.Namespace):
+		return nil, fmt.Errorf("reconciler: invalid namespace %q", o.Namespace)
+	case !wire.ValidKeyPrefix(o.KeyPrefix):
+		return nil, fmt.Errorf("reconciler: invalid key prefix %q", o.KeyPrefix)
+	case o.WatchID != "" && !wire.ValidWatchID(o.WatchID):
+		return nil, fmt.Errorf("reconciler: invalid watch id %q", o.WatchID)
+	case o.MaxConcurrent < 0:
+		return nil, fmt.Errorf("reconciler: negative MaxConcurrent %d", o.MaxConcurrent)
+	case o.BaseBackoff < 0 || o.MaxBackoff < 0 || o.ResyncEvery < 0:
+		return nil, errors.New("reconciler: negative BaseBackoff, MaxBackoff or ResyncEvery")
+	}
+	if o.MaxConcurrent == 0 {
+		o.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if o.BaseBackoff == 0 {
+		o.BaseBackoff = DefaultBaseBackoff
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = max(DefaultMaxBackoff, o.BaseBackoff)
+	}
+	if o.MaxBackoff < o.BaseBackoff {
+		return nil, fmt.Errorf("reconciler: MaxBackoff %v below BaseBackoff %v", o.MaxBackoff, o.BaseBackoff)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	o.Triggers = append([]<-chan struct{}(nil), o.Triggers...)
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Controller{
+		c: c, r: r, o: o, q: newQueue(o.BaseBackoff, o.MaxBackoff),
+		log: o.Logger.With("namespace", o.Namespace, "key_prefix", o.KeyPrefix),
+		ctx: ctx, cancel: cancel, known: map[string]struct{}{},
+	}, nil
+}
+
+// Start starts the cache and returns once its first snapshot is installed and every key in it is
+// enqueued; then it starts the workers, the triggers and the periodic resync. ctx bounds only this
+// wait (the controller runs until Stop). Transient failures of the first watch are retried until ctx
+// ends; others (PERMISSION_DENIED, WATCH_TOO_BROAD, ...) are returned at once. Start may be called
+// once; after a failed Start, call Stop.
+func (c *Controller) Start(ctx context.Context) error {
+	c.mu.Lock()
+	if c.started || c.stopped {
+		c.mu.Unlock()
+		return ErrStopped
+	}
+	c.started = true
+	c.mu.Unlock()
+
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.ctx, cancel)() // Stop interrupts the wait
+	cache, err := c.c.NewCache(wctx, client.CacheOptions{
+		Namespace: c.o.Namespace, KeyPrefix: c.o.KeyPrefix, WatchID: c.o.WatchID, Logger: c.o.Logger,
+		Handlers: client.Handlers{
+			OnPut:    func(e wire.Entry) { c.onChange(e.Key, true) },
+			OnDelete: func(key string, _ uint64) { c.onChange(key, false) },
+			OnExpire: func(key string, _ uint64) { c.onChange(key, false) },
+			OnResync: c.onResync,
+		},
+	})
+	if err != nil {
+		if c.ctx.Err() != nil {
+			return ErrStopped
+		}
+		return fmt.Errorf("reconciler: start cache: %w", err)
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped { // Stop ran while the cache started: it could not close it
+		if err := cache.Close(); err != nil {
+			c.log.Warn("reconciler: closing the cache", "err", err)
+		}
+		return ErrStopped
+	}
+	c.cache.Store(cache)
+	c.q.start()
+	for range c.o.MaxConcurrent {
+		c.goOwned(c.work)
+	}
+	for _, t := range c.o.Triggers {
+		if t != nil {
+			c.goOwned(func() { c.follow(t) })
+		}
+	}
+	if c.o.ResyncEvery > 0 {
+		c.goOwned(c.tick)
+	}
+	return nil
+}
+
+// goOwned runs f on a goroutine that Stop waits for. c.mu must be held.
+func (c *Controller) goOwned(f func()) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+}
+
+// Stop stops the controller cleanly: it cancels the context of running Reconciles, drops the queued
+// keys, waits for the running Reconciles (and the controller's other goroutines) to return, then
+// closes the cache (its entries stay readable). No Reconcile starts after Stop returns, and none
+// whose key a worker takes after Stop began. Later calls wait for the first one and return.
+func (c *Controller) Stop() {
+	c.stop.Do(func() {
+		c.mu.Lock()
+		c.stopped = true
+		c.mu.Unlock()
+		c.cancel()
+		c.q.shutdown()
+		c.wg.Wait()
+		if k := c.cache.Load(); k != nil {
+			if err := k.Close(); err != nil {
+				c.log.Warn("reconciler: closing the cache", "err", err)
+			}
+		}
+	})
+}
+
+// Cache returns the controller's cache: the current entries under its prefix, for the Reconciler to
+// read (it holds every change that enqueued a key before the key's Reconcile starts). It is nil
+// before Start has installed the first snapshot.
+func (c *Controller) Cache() *client.Cache { return c.cache.Load() }
+
+// Enqueue asks for a Reconcile of key (in the controller's namespace). A key already waiting is not
+// queued twice. Keys enqueued before Start are reconciled once it has started; after Stop, Enqueue
+// does nothing.
+func (c *Controller) Enqueue(key string) { c.q.add(key) }
+
+// enqueueAll enqueues every known key.
+func (c *Controller) enqueueAll() {
+	c.knownMu.Lock()
+	defer c.knownMu.Unlock()
+	for k := range c.known {
+		c.q.add(k)
+	}
+}
+
+// onChange handles a PUT (present) or a DELETE or EXPIRE of key.
+func (c *Controller) onChange(key string, present bool) {
+	c.knownMu.Lock()
+	if present {
+		c.known[key] = struct{}{}
+	} else {
+		delete(c.known, key)
+	}
+	c.knownMu.Unlock()
+	c.q.add(key)
+}
+
+// onResync handles a snapshot: every key in it and every key it no longer holds needs a look.
+func (c *Controller) onResync(snapshot []wire.Entry, rev uint64) {
+	c.knownMu.Lock()
+	old := c.known
+	c.known = make(map[string]struct{}, len(snapshot))
+	for _, e := range snapshot {
+		c.known[e.Key] = struct{}{}
+		c.q.add(e.Key)
+	}
+	gone := 0
+	for k := range old {
+		if _, ok := c.known[k]; !ok {
+			c.q.add(k)
+			gone++
+		}
+	}
+	c.knownMu.Unlock()
+	c.log.Debug("reconciler: snapshot enqueued", "revision", rev, "entries", len(snapshot), "gone", gone)
+}
+
+// follow re-enqueues every known key on each value of trigger, until Stop or the trigger closes.
+func (c *Controller) follow(trigger <-chan struct{}) {
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case _, ok := <-trigger:
+			if !ok {
+				return
+			}
+			c.enqueueAll()
+		}
+	}
+}
+
+// tick re-enqueues every known key every ResyncEvery, until Stop.
+func (c *Controller) tick() {
+	t := time.NewTicker(c.o.ResyncEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			c.enqueueAll()
+		}
+	}
+}
+
+// work is one worker: it reconciles keys until the queue shuts down.
+func (c *Controller) work() {
+	for {
+		key, ok := c.q.get()
+		if !ok {
+			return
+		}
+		c.process(key)
+		c.q.done(key)
+	}
+}
+
+// process reconciles one key and schedules what its outcome asks for.
+func (c *Controller) process(key string) {
+	if c.ctx.Err() != nil {
+		return
+	}
+	res, err := c.reconcile(key)
+	switch {
+	case c.ctx.Err() != nil:
+		// Stopping: the outcome of a cancelled Reconcile schedules nothing.
+	case err != nil:
+		d := c.q.addRateLimited(key)
+		c.log.Warn("reconciler: reconcile failed; retrying", "key", key, "err", err, "backoff", d,
+			"failures", c.q.numFailures(key))
+	case res.RequeueAfter > 0:
+		c.q.forget(key)
+		c.q.addAfter(key, res.RequeueAfter)
+	case res.Requeue:
+		c.q.addRateLimited(key)
+	default:
+		c.q.forget(key)
+	}
+}
+
+// reconcile calls the Reconciler, turning a panic into an error.
+func (c *Controller) reconcile(key string) (res Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.Error("reconciler: reconcile panicked", "key", key, "panic", p, "stack", string(debug.Stack()))
+			res, err = Result{}, fmt.Errorf("reconciler: reconcile of %q panicked: %v", key, p)
+		}
+	}()
+	return c.r.Reconcile(c.ctx, Request{Namespace: c.o.Namespace, Key: key})
+}

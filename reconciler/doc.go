@@ -1,0 +1,22 @@
+// Package reconciler runs a worker's control loop over the state store, in the manner of
+// controller-runtime: a one-method Reconciler, the small value types Request and Result, and a
+// Controller whose cache and workqueue do the hard parts.
+//
+// A Controller watches one namespace under a key prefix through a store/client Cache and enqueues a
+// key for every change of it (PUT, DELETE, EXPIRE), every key of every snapshot the cache installs
+// (at start and after each resync, with the keys the snapshot no longer holds), every key on a
+// trigger (the media server's capabilities changed: pass the channel of
+// capabilities.Tracker.Subscribe as an Options.Triggers entry) and, optionally, periodically. The
+// workqueue deduplicates keys, never runs two Reconciles of one key at once (a key enqueued while it
+// is being reconciled is reconciled again after), retries a failed key with per-key exponential
+// backoff, honours Result.Requeue and Result.RequeueAfter, bounds concurrency and stops cleanly.
+//
+// A Reconcile reads the current entry from Controller.Cache, not from the request, so it always acts
+// on the latest intent; an absent key means the intent is gone. Media intents are decoded with
+// DecodeMediaIntent and checked with MediaIntent.Validate: an intent that fails is a worker validation
+// failure (a *ValidationError), reported as an ObservedStatus in state "invalid" (InvalidStatus) and
+// never turned into a command. A publish intent without a valid recording_mode, in particular, never
+// produces a StartPublication.
+//
+// See the Controller example for a worker's Reconcile.
+package reconciler

@@ -1,0 +1,246 @@
+package reconciler
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/keeppeek/coordination/capabilities"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// Schema ids of the documents this package reads and writes (SPEC section 13).
+const (
+	MediaIntentSchema    = "keeppeek.media-intent.v1"
+	ObservedStatusSchema = "keeppeek.observed-status.v1"
+)
+
+// Roles of a media intent.
+const (
+	RolePublish   = "publish"
+	RoleSubscribe = "subscribe"
+)
+
+// MaxStatusMessageBytes bounds ObservedStatus.Message (SPEC section 13).
+const MaxStatusMessageBytes = 256
+
+// maxPriority bounds MediaIntent.Priority (SPEC section 13).
+const maxPriority = 1000
+
+// MediaIntent is a keeppeek.media-intent.v1 document: a desired publication or subscription of one
+// media source, named by its stable source_id (never a transient session). It is an intent, not a
+// binding: only the capabilities and the command results say whether it exists.
+type MediaIntent struct {
+	// Role is RolePublish or RoleSubscribe.
+	Role string `json:"role"`
+	// Desired is whether the publication or subscription should exist (false: stop it).
+	Desired bool `json:"desired"`
+	// SourceID is the stable id of the source.
+	SourceID string `json:"source_id"`
+	// MediaKind is "video" or "audio".
+	MediaKind string `json:"media_kind"`
+	// StreamID names the source's stream; empty: the worker picks the one of MediaKind.
+	StreamID string `json:"stream_id,omitempty"`
+	// VariantID is the variant to publish or subscribe to; empty on a subscription permits automatic
+	// selection.
+	VariantID string `json:"variant_id,omitempty"`
+	// OutputProfile is the publication's output profile, e.g. "browser-h264-720p".
+	OutputProfile string `json:"output_profile,omitempty"`
+	// Priority orders intents competing for the same resources, 0 to 1000.
+	Priority int `json:"priority,omitempty"`
+	// RecordingMode is "inherit", "disabled" or "required"; required for RolePublish, where the
+	// worker copies it to StartPublication.recording_mode.
+	RecordingMode string `json:"recording_mode,omitempty"`
+	// Parameters are service-specific declarative settings, keyed by a service id.
+	Parameters map[string]map[string]any `json:"parameters,omitempty"`
+}
+
+// ValidationError says why a media intent cannot be acted on: a worker validation failure. The worker
+// reports it in its observed status (InvalidStatus) and sends no command for the intent: above all, a
+// publish intent without a valid recording_mode never becomes a StartPublication.
+type ValidationError struct {
+	// Field is the offending JSON field ("recording_mode", "source_id", ...), or "schema" or
+	// "document" when the entry is not a media intent at all.
+	Field string
+	// Message says what is wrong with it.
+	Message string
+}
+
+// Error returns "media intent: <field>: <message>".
+func (e *ValidationError) Error() string {
+	return "media intent: " + e.Field + ": " + e.Message
+}
+
+func invalid(field, format string, args ...any) *ValidationError {
+	return &ValidationError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// DecodeMediaIntent decodes the document of e, which must carry the schema keeppeek.media-intent.v1.
+// Every error it returns is a *ValidationError: another schema (Field "schema"), a document that is
+// not a JSON object (Field "document"), a field of the wrong type, or a missing "desired". It does
+// not check the values: call Validate before acting on the intent.
+func DecodeMediaIntent(e wire.Entry) (MediaIntent, error) {
+	if e.Schema != MediaIntentSchema {
+		return MediaIntent{}, invalid("schema", "is %q, want %q", e.Schema, MediaIntentSchema)
+	}
+	var doc struct {
+		MediaIntent
+		Desired *bool `json:"desired"`
+	}
+	if err := json.Unmarshal(e.Document, &doc); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			field := strings.TrimPrefix(te.Field, "MediaIntent.") // the path names the embedded struct
+			return MediaIntent{}, invalid(field, "is a JSON %s, want %s", te.Value, jsonType(te.Type.String()))
+		}
+		return MediaIntent{}, invalid("document", "not a JSON object: %v", err)
+	}
+	if doc.Desired == nil {
+		return MediaIntent{}, invalid("desired", "missing")
+	}
+	mi := doc.MediaIntent
+	mi.Desired = *doc.Desired
+	return mi, nil
+}
+
+// jsonType names the JSON type a Go type decodes from.
+func jsonType(goType string) string {
+	switch {
+	case goType == "string":
+		return "string"
+	case goType == "bool":
+		return "boolean"
+	case goType == "int":
+		return "integer"
+	case strings.HasPrefix(goType, "map["):
+		return "object"
+	}
+	return goType
+}
+
+// Validate checks the intent as a worker must before acting on it (SPEC section 13): role publish or
+// subscribe, a source_id and optional stream_id, variant_id and output_profile following the
+// identifier rule, media_kind video or audio, priority 0 to 1000, and a recording_mode of inherit,
+// disabled or required, which a publish intent must have. The first violation is returned as a
+// *ValidationError.
+func (m MediaIntent) Validate() error {
+	switch m.Role {
+	case RolePublish, RoleSubscribe:
+	case "":
+		return invalid("role", "missing")
+	default:
+		return invalid("role", "%q is neither %q nor %q", m.Role, RolePublish, RoleSubscribe)
+	}
+	if m.SourceID == "" {
+		return invalid("source_id", "missing")
+	}
+	if err := checkIdentifier("source_id", m.SourceID); err != nil {
+		return err
+	}
+	switch m.MediaKind {
+	case capabilities.MediaKindVideo, capabilities.MediaKindAudio:
+	case "":
+		return invalid("media_kind", "missing")
+	default:
+		return invalid("media_kind", "%q is neither %q nor %q", m.MediaKind, capabilities.MediaKindVideo, capabilities.MediaKindAudio)
+	}
+	for _, f := range []struct{ name, v string }{
+		{"stream_id", m.StreamID}, {"variant_id", m.VariantID}, {"output_profile", m.OutputProfile},
+	} {
+		if f.v != "" {
+			if err := checkIdentifier(f.name, f.v); err != nil {
+				return err
+			}
+		}
+	}
+	if m.Priority < 0 || m.Priority > maxPriority {
+		return invalid("priority", "%d is outside 0 to %d", m.Priority, maxPriority)
+	}
+	switch {
+	case m.RecordingMode == "" && m.Role == RolePublish:
+		return invalid("recording_mode", "missing; a publish intent must name one of %s",
+			strings.Join(capabilities.RecordingModes(), ", "))
+	case m.RecordingMode != "" && !capabilities.ValidRecordingMode(m.RecordingMode):
+		return invalid("recording_mode", "%q is not one of %s", m.RecordingMode,
+			strings.Join(capabilities.RecordingModes(), ", "))
+	}
+	return nil
+}
+
+func checkIdentifier(field, v string) *ValidationError {
+	if !capabilities.ValidIdentifier(v) {
+		return invalid(field, "%q is not an identifier ([A-Za-z0-9._-], 1 to %d bytes, not . or ..)",
+			v, capabilities.MaxIdentifierBytes)
+	}
+	return nil
+}
+
+// ObservedState is the state of an ObservedStatus.
+type ObservedState string
+
+// The states of keeppeek.observed-status.v1.
+const (
+	StatePending ObservedState = "pending"
+	StateActive  ObservedState = "active"
+	StateFailed  ObservedState = "failed"
+	StateStopped ObservedState = "stopped"
+	// StateInvalid reports an intent that failed validation: nothing was or will be sent for it.
+	StateInvalid ObservedState = "invalid"
+)
+
+// ObservedStatus is a keeppeek.observed-status.v1 document: what a worker observed for one intent.
+// The worker writes it under its own key, never over the intent.
+type ObservedStatus struct {
+	// SubjectKey is the intent's key.
+	SubjectKey string `json:"subject_key"`
+	// State is the observed state.
+	State ObservedState `json:"state"`
+	// ObservedAtMs is when it was observed, in Unix milliseconds.
+	ObservedAtMs int64 `json:"observed_at_ms"`
+	// Message explains the state in one line; Document keeps it within MaxStatusMessageBytes.
+	Message string `json:"message,omitempty"`
+	// PublicationID, SubscriptionID and VariantID are the binding the media server returned.
+	PublicationID  string `json:"publication_id,omitempty"`
+	SubscriptionID string `json:"subscription_id,omitempty"`
+	VariantID      string `json:"variant_id,omitempty"`
+	// ErrorCode is the code of the failure, e.g. a PUBLICATION_ERROR_CODE_* of the media server.
+	ErrorCode string `json:"error_code,omitempty"`
+	// Holder is the worker id holding the intent's lease.
+	Holder string `json:"holder,omitempty"`
+}
+
+// Document returns s encoded as a keeppeek.observed-status.v1 document for a put. The message is
+// made one valid UTF-8 line (invalid bytes become U+FFFD, line breaks spaces: the content guard
+// rejects log-like strings) and cut, on a rune boundary, to at most MaxStatusMessageBytes.
+func (s ObservedStatus) Document() json.RawMessage {
+	s.Message = statusMessage(s.Message)
+	b, err := json.Marshal(s)
+	if err != nil { // strings and integers only: cannot happen
+		panic(fmt.Sprintf("reconciler: encode observed status: %v", err))
+	}
+	return b
+}
+
+// lineBreaks turns every line break into one space (`\r\n` counts as one).
+var lineBreaks = strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ")
+
+func statusMessage(m string) string {
+	m = lineBreaks.Replace(strings.ToValidUTF8(m, "\uFFFD"))
+	if len(m) <= MaxStatusMessageBytes {
+		return m
+	}
+	n := MaxStatusMessageBytes
+	for n > 0 && !utf8.RuneStart(m[n]) {
+		n--
+	}
+	return m[:n]
+}
+
+// InvalidStatus is the observed status of an intent that failed decoding or validation (err, usually
+// a *ValidationError) at time at: StateInvalid with err's text as the message.
+func InvalidStatus(subjectKey string, err error, at time.Time) ObservedStatus {
+	return ObservedStatus{SubjectKey: subjectKey, State: StateInvalid, ObservedAtMs: at.UnixMilli(), Message: err.Error()}
+}

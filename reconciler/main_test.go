@@ -1,0 +1,37 @@
+package reconciler
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testTimeout bounds every wait in the tests.
+const testTimeout = 10 * time.Second
+
+// ctxT returns a context that ends after testTimeout or with the test.
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// recv receives one value from ch within testTimeout.
+func recv[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	timer := time.NewTimer(testTimeout)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
