@@ -1,0 +1,24 @@
+// Package lease gives workers exclusive, expiring claims on keys of the state store (SPEC sections 4
+// to 7): TTL leases, renewal, release, standby and leader election, built on store/client alone.
+//
+// Claim creates a keeppeek.lease.v1 entry with a TTL, create-only (expected_revision 0), so of many
+// claimants exactly one wins; the others get ErrHeld. The winner's Lease renews the entry with
+// compare-and-set puts every Options.RenewEvery, each renewal giving it a new revision. Held tells a
+// job whether the lease is still known to be valid (it turns false a safety margin before the store
+// could expire the entry), Lost is closed when it is not, and Release stops the renewals and deletes
+// the entry so that a standby can take over at once.
+//
+// The lease's current revision is a fencing token. Lease.Put and Lease.Delete send it as the guard of
+// their write, and the store commits the write only while the lease entry is still at that revision:
+// a worker that lost its lease, however late it wakes up, cannot write on its behalf. Held and the
+// local refusal (ErrNotHeld) are the early answer; the guard is the protection.
+//
+// Campaign is the standby: it claims, and while the lease is held it watches the key and claims again
+// as soon as the entry is deleted or expires, without polling. Elector runs a singleton job on one
+// replica at a time: it campaigns, calls OnStarted with a context cancelled when the lease is lost,
+// releases, and campaigns again. The leader keeps a resume offset with Lease.LoadOffset and
+// Lease.SaveOffset; the save is a guarded write, so a deposed leader cannot move the offset.
+//
+// Only admin principals write service namespaces, so leases are claimed with an admin principal's
+// client. Leases rely on the local clock's rate matching the store's, not on their readings.
+package lease

@@ -1,0 +1,35 @@
+package lease
+
+import "time"
+
+// Test hooks for the external tests of this package.
+
+// PauseRenewals stops l's renewals, as if its holder stalled: l stays as it is until Held turns false.
+func PauseRenewals(l *Lease) { l.paused.Store(true) }
+
+// SkipLocalCheck makes l's guarded writes go to the store even when l is not Held, as from a holder
+// that paused between its check and its write.
+func SkipLocalCheck(l *Lease) { l.skipCheck.Store(true) }
+
+// DropRenewalReplies makes the next n renewals of l that commit look as if their reply was lost.
+func DropRenewalReplies(l *Lease, n int32) { l.dropReplies.Store(n) }
+
+// TestHooks are callbacks a test can install in Options.
+type TestHooks struct {
+	Renewed    func(rev uint64) // after each successful renewal, with the new revision
+	RenewReply func()           // when a renewal's reply is in, before it is applied
+	GuardWait  func()           // when a refused guarded write waits for a renewal in flight
+	Wait       func()           // Campaign: each time it starts waiting for the key to be free
+}
+
+// WithHooks returns o with h installed.
+func WithHooks(o Options, h TestHooks) Options {
+	o.onRenewed, o.onRenewReply, o.onGuardWait, o.onWait = h.Renewed, h.RenewReply, h.GuardWait, h.Wait
+	return o
+}
+
+// Resolve exposes option validation.
+func Resolve(o Options) (Options, error) { return o.resolve() }
+
+// Margin is the safety margin of resolved options.
+func Margin(o Options) time.Duration { return o.margin() }

@@ -1,0 +1,449 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keeppeek/coordination/store/client"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// leaseSchema is the registered schema of a lease document (SPEC section 13).
+const leaseSchema = "keeppeek.lease.v1"
+
+// document is a keeppeek.lease.v1 document.
+type document struct {
+	Holder      string `json:"holder"`
+	ClaimedAtMs int64  `json:"claimed_at_ms"`
+	RenewedAtMs int64  `json:"renewed_at_ms,omitempty"`
+	Purpose     string `json:"purpose,omitempty"`
+}
+
+// A Lease is a claim, held by one worker, on a key of the state store: an entry with a TTL that the
+// holder renews with compare-and-set puts until it releases it or loses it. Each renewal gives the
+// entry a new revision; the current one is the fencing token (Guard), which Put and Delete send
+// along so that the store refuses their writes once the lease is no longer the holder's.
+//
+// A Lease is safe for concurrent use. Once lost or released it stays so; claim again for a new one.
+// Release must be called to stop the renewals of a lease that is still held.
+type Lease struct {
+	c           *client.Client
+	o           Options
+	claimedAtMs int64
+
+	cancel context.CancelFunc // stops the renewal loop
+	done   chan struct{}      // closed when the renewal loop returned
+	lost   chan struct{}      // closed by lose
+
+	mu         sync.Mutex
+	rev        uint64        // revision of the last claim or renewal known to be committed
+	validUntil time.Time     // held until then: send time of that claim or renewal + TTL - margin
+	stamp      int64         // renewed_at_ms of the last renewal attempt; each attempt's is unique
+	unsure     []attempt     // renewals whose outcome is unknown (no reply), since the last known one
+	inflight   chan struct{} // non-nil while a renewal request is outstanding; closed when it ends
+	err        error         // why the lease ended; nil while it runs
+	gone       bool          // the store is known not to hold the lease's entry any more
+
+	releaseOnce sync.Once
+	releaseErr  error
+
+	// Test hooks (export_test.go).
+	paused      atomic.Bool  // skip renewals: a holder that stalls
+	skipCheck   atomic.Bool  // send guarded writes without the local Held check
+	dropReplies atomic.Int32 // treat that many successful renewals as if their reply was lost
+}
+
+// attempt is a renewal sent without a reply: it may or may not have committed.
+type attempt struct {
+	stamp int64     // its renewed_at_ms
+	sent  time.Time // when it was sent
+}
+
+// Claim creates the lease entry if no one holds it: a create-only put (expected_revision 0) of a
+// keeppeek.lease.v1 document with the TTL. If the key exists it returns a *HeldError (ErrHeld); any
+// other failure is the store's or the transport's error. On success the lease is renewed every
+// o.RenewEvery until Release or loss. ctx bounds the claim only.
+//
+// A claim whose reply is lost may have committed: the key then looks held (by o.Holder) until the TTL
+// runs out.
+func Claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
+	o, err := o.resolve()
+	if err != nil {
+		return nil, err
+	}
+	return claim(ctx, c, o)
+}
+
+// claim is Claim with resolved options.
+func claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
+	sent := time.Now()
+	claimedAt := sent.UnixMilli()
+	doc, err := json.Marshal(document{Holder: o.Holder, ClaimedAtMs: claimedAt, Purpose: o.Purpose})
+	if err != nil {
+		return nil, fmt.Errorf("lease: encode document: %w", err)
+	}
+	create, ttl := int64(0), o.ttlMs()
+	e, err := c.Put(ctx, wire.PutRequest{Namespace: o.Namespace, Key: o.Key, Schema: leaseSchema,
+		Document: doc, ExpectedRevision: &create, TTLMs: &ttl})
+	if errors.Is(err, wire.ErrConflict) {
+		return nil, heldError(ctx, c, &o, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease: claim %s:%s: %w", o.Namespace, o.Key, err)
+	}
+	loopCtx, cancel := context.WithCancel(context.Background())
+	l := &Lease{
+		c: c, o: o, claimedAtMs: claimedAt,
+		cancel: cancel, done: make(chan struct{}), lost: make(chan struct{}),
+		rev: e.Revision, validUntil: sent.Add(o.TTL - o.margin()), stamp: claimedAt,
+	}
+	go l.run(loopCtx, sent)
+	return l, nil
+}
+
+// heldError builds the *HeldError of a refused claim, reading the current holder if it can.
+func heldError(ctx context.Context, c *client.Client, o *Options, conflict error) error {
+	he := &HeldError{Namespace: o.Namespace, Key: o.Key, Err: conflict}
+	var we *wire.Error
+	if errors.As(conflict, &we) && we.CurrentRevision != nil {
+		he.Revision = *we.CurrentRevision
+	}
+	if e, err := c.Get(ctx, o.Namespace, o.Key); err == nil && e.Schema == leaseSchema {
+		var d document
+		if json.Unmarshal(e.Document, &d) == nil {
+			he.Holder, he.Revision = d.Holder, e.Revision
+		}
+	}
+	return he
+}
+
+// Held reports whether the lease is known to be valid: it was neither lost nor released, and the
+// last successful claim or renewal was sent less than TTL - RenewEvery/2 ago. The time runs on the
+// local monotonic clock from when the request was sent, which is before the store committed it and
+// started its TTL, so Held turns false at least RenewEvery/2 (the safety margin) before the store can
+// expire the entry. Jobs check Held before each unit of work; the store's guard on Put and Delete is
+// what actually keeps a former holder from writing.
+func (l *Lease) Held() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.heldLocked()
+}
+
+func (l *Lease) heldLocked() bool { return l.err == nil && time.Now().Before(l.validUntil) }
+
+// Revision returns the revision of the lease entry as of its last successful claim or renewal: the
+// fencing token. It changes with every renewal.
+func (l *Lease) Revision() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rev
+}
+
+// Guard returns the guard that makes a write commit only while the lease entry is at Revision().
+func (l *Lease) Guard() wire.Guard {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return wire.Guard{Key: l.o.Key, Revision: int64(l.rev)}
+}
+
+// Namespace returns the lease's namespace.
+func (l *Lease) Namespace() string { return l.o.Namespace }
+
+// Key returns the lease's key.
+func (l *Lease) Key() string { return l.o.Key }
+
+// Holder returns the lease's holder.
+func (l *Lease) Holder() string { return l.o.Holder }
+
+// Lost returns a channel that is closed when the lease ends: a renewal was refused, renewals did not
+// get through before the safety margin ran out (Held turned false), a guarded write showed the entry
+// gone, or Release was called. Err says which.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Err returns nil while the lease runs, then why it ended: ErrReleased, or an error wrapping ErrLost.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// lose ends the lease with err (the first reason wins), closes Lost and stops the renewals. gone
+// records that the store no longer holds the entry, so Release has nothing to delete.
+func (l *Lease) lose(err error, gone bool) {
+	l.mu.Lock()
+	ended := l.loseLocked(err, gone)
+	l.mu.Unlock()
+	if ended {
+		l.logLoss(err)
+	}
+}
+
+// loseLocked is lose with l.mu held; it reports whether err ended the lease (the caller logs it).
+func (l *Lease) loseLocked(err error, gone bool) bool {
+	l.gone = l.gone || gone
+	if l.err != nil {
+		return false
+	}
+	l.err = err
+	close(l.lost)
+	l.cancel()
+	return true
+}
+
+func (l *Lease) logLoss(err error) {
+	if !errors.Is(err, ErrReleased) {
+		l.o.Logger.Warn("lease lost", "namespace", l.o.Namespace, "key", l.o.Key, "holder", l.o.Holder, "err", err)
+	}
+}
+
+// Release ends the lease: it stops the renewals, closes Lost, then deletes the entry with
+// expected_revision = its revision, so that a standby can claim at once instead of waiting for the
+// TTL. The delete is compare-and-set, so it removes the entry only while it is still this lease's:
+// a lease that was lost by timing but not yet expired is deleted too; one that someone else has
+// claimed is left alone. An entry already gone (NOT_FOUND, CONFLICT) is not an error. Later calls
+// return the first call's result.
+func (l *Lease) Release(ctx context.Context) error {
+	l.releaseOnce.Do(func() {
+		l.lose(ErrReleased, false)
+		<-l.done // a renewal in flight is cut short; its outcome, if known, is recorded
+		l.releaseErr = l.deleteEntry(ctx)
+	})
+	return l.releaseErr
+}
+
+// deleteEntry removes the lease entry if the store still holds it at the lease's revision.
+func (l *Lease) deleteEntry(ctx context.Context) error {
+	l.mu.Lock()
+	rev, gone := l.rev, l.gone
+	l.mu.Unlock()
+	if gone {
+		return nil
+	}
+	for range 2 {
+		expected := int64(rev)
+		_, err := l.c.Delete(ctx, wire.DeleteRequest{Namespace: l.o.Namespace, Key: l.o.Key, ExpectedRevision: &expected})
+		switch {
+		case err == nil, errors.Is(err, wire.ErrNotFound):
+			return nil
+		case !errors.Is(err, wire.ErrConflict):
+			return fmt.Errorf("lease: release %s:%s: %w", l.o.Namespace, l.o.Key, err)
+		}
+		// A renewal without a reply may have moved the entry on: delete that revision instead.
+		r, v := l.resolve(ctx)
+		if v != ours {
+			return nil
+		}
+		rev = r.rev
+	}
+	return nil
+}
+
+// run renews the lease, first RenewEvery after the claim was sent, until it is lost or released.
+func (l *Lease) run(ctx context.Context, claimSent time.Time) {
+	defer close(l.done)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	next := claimSent.Add(l.o.RenewEvery)
+	retry := max(l.o.RenewEvery/4, time.Millisecond)
+	for {
+		l.mu.Lock()
+		deadline := l.validUntil
+		l.mu.Unlock()
+		t.Reset(time.Until(earlier(next, deadline)))
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		if !now.Before(deadline) {
+			l.lose(fmt.Errorf("%w: not renewed within TTL - RenewEvery/2 (%v)", ErrLost, l.o.TTL-l.o.margin()), false)
+			return
+		}
+		if now.Before(next) {
+			continue
+		}
+		if l.paused.Load() {
+			next = deadline
+			continue
+		}
+		switch sent, res := l.renew(ctx); res {
+		case renewed:
+			next = sent.Add(l.o.RenewEvery)
+		case retryLater:
+			next = time.Now().Add(retry)
+		case stopped:
+			return
+		}
+	}
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// renewal outcomes
+type outcome int
+
+const (
+	renewed    outcome = iota // committed: the lease has a new revision and deadline
+	retryLater                // unknown or failed for now: try again before the deadline
+	stopped                   // lost, or released meanwhile
+)
+
+// renew sends one CAS renewal and applies its outcome. It returns when the renewal was sent.
+func (l *Lease) renew(ctx context.Context) (time.Time, outcome) {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return time.Time{}, stopped
+	}
+	rev, deadline := l.rev, l.validUntil
+	l.stamp = max(time.Now().UnixMilli(), l.stamp+1)
+	stamp := l.stamp
+	inflight := make(chan struct{})
+	l.inflight = inflight
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.inflight = nil
+		l.mu.Unlock()
+		close(inflight)
+	}()
+
+	doc, err := json.Marshal(l.document(stamp))
+	if err != nil {
+		l.lose(fmt.Errorf("%w: encode document: %w", ErrLost, err), false)
+		return time.Time{}, stopped
+	}
+	sent := time.Now()
+	rctx, cancel := context.WithDeadline(ctx, earlier(deadline, sent.Add(l.o.RenewEvery)))
+	expected, ttl := int64(rev), l.o.ttlMs()
+	e, err := l.c.Put(rctx, wire.PutRequest{Namespace: l.o.Namespace, Key: l.o.Key, Schema: leaseSchema,
+		Document: doc, ExpectedRevision: &expected, TTLMs: &ttl})
+	cancel()
+	if l.o.onRenewReply != nil {
+		l.o.onRenewReply()
+	}
+	if err == nil && l.dropReplies.Load() > 0 && l.dropReplies.Add(-1) >= 0 {
+		err = errors.New("lease test: renewal reply dropped")
+	}
+
+	switch {
+	case err == nil:
+		l.adopt(e.Revision, sent)
+		return sent, renewed
+	case errors.Is(err, wire.ErrConflict):
+		// Someone else's entry, or none; unless it is one of our renewals that got no reply.
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		r, v := l.resolve(rctx)
+		cancel()
+		switch v {
+		case ours:
+			l.adopt(r.rev, r.sent)
+			return r.sent, renewed
+		case unknown:
+			return sent, retryLater
+		}
+		l.lose(fmt.Errorf("%w: renewal refused: %w", ErrLost, err), true)
+		return sent, stopped
+	case permanent(err):
+		// Refused for good (schema, permission, ...): nothing was written.
+		l.lose(fmt.Errorf("%w: renewal refused: %w", ErrLost, err), false)
+		return sent, stopped
+	}
+	// No answer, or a transient refusal: the renewal may have committed (a timeout) or not.
+	if wire.CodeOf(err) == "" {
+		l.mu.Lock()
+		l.unsure = append(l.unsure, attempt{stamp: stamp, sent: sent})
+		l.mu.Unlock()
+	}
+	if ctx.Err() != nil {
+		return sent, stopped
+	}
+	l.o.Logger.Warn("lease renewal failed; retrying", "namespace", l.o.Namespace, "key", l.o.Key, "err", err)
+	return sent, retryLater
+}
+
+// permanent reports whether the store refused a request for a reason that retrying cannot change:
+// the request itself (its shape, schema, size or TTL) or the principal's permission is wrong.
+func permanent(err error) bool {
+	switch wire.CodeOf(err) {
+	case wire.CodeInvalidArgument, wire.CodePermissionDenied, wire.CodeSchemaInvalid, wire.CodeTTLInvalid,
+		wire.CodeTooLarge, wire.CodeWatchTooBroad:
+		return true
+	}
+	return false
+}
+
+// adopt records a committed renewal: its revision and the deadline counted from its send time.
+func (l *Lease) adopt(rev uint64, sent time.Time) {
+	l.mu.Lock()
+	l.rev = rev
+	if v := sent.Add(l.o.TTL - l.o.margin()); v.After(l.validUntil) {
+		l.validUntil = v
+	}
+	l.unsure = nil
+	l.mu.Unlock()
+	if l.o.onRenewed != nil {
+		l.o.onRenewed(rev)
+	}
+}
+
+// document is the lease document of a renewal stamped renewedAtMs.
+func (l *Lease) document(renewedAtMs int64) document {
+	return document{Holder: l.o.Holder, ClaimedAtMs: l.claimedAtMs, RenewedAtMs: renewedAtMs, Purpose: l.o.Purpose}
+}
+
+// verdict of resolve
+type verdict int
+
+const (
+	notOurs verdict = iota // the entry is someone else's, or missing
+	ours                   // the entry is one of our unanswered renewals
+	unknown                // could not tell (the read failed)
+)
+
+// resolved is an unanswered renewal found committed.
+type resolved struct {
+	rev  uint64
+	sent time.Time
+}
+
+// resolve reads the entry after a CAS on the lease's revision failed and tells whether it is one of
+// the lease's own renewals that got no reply: same owner, holder and claim time, and the
+// renewed_at_ms of one of them (each renewal attempt has its own).
+func (l *Lease) resolve(ctx context.Context) (resolved, verdict) {
+	l.mu.Lock()
+	unsure := l.unsure
+	l.mu.Unlock()
+	if len(unsure) == 0 {
+		return resolved{}, notOurs
+	}
+	e, err := l.c.Get(ctx, l.o.Namespace, l.o.Key)
+	switch {
+	case errors.Is(err, wire.ErrNotFound):
+		return resolved{}, notOurs
+	case err != nil:
+		return resolved{}, unknown
+	}
+	var d document
+	if e.Owner != l.c.Principal() || e.Schema != leaseSchema || json.Unmarshal(e.Document, &d) != nil ||
+		d.Holder != l.o.Holder || d.ClaimedAtMs != l.claimedAtMs {
+		return resolved{}, notOurs
+	}
+	for _, a := range unsure {
+		if a.stamp == d.RenewedAtMs {
+			return resolved{rev: e.Revision, sent: a.sent}, ours
+		}
+	}
+	return resolved{}, notOurs
+}

@@ -1,0 +1,126 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// Put writes an entry on the lease's behalf: req.Guard is set to the lease's key and current
+// revision, so the store commits the write only while the lease entry is still at that revision.
+// req.Namespace may be left empty; any other namespace than the lease's is refused (a guard names a
+// key of the written namespace). Everything else of req (ExpectedRevision, TTLMs) is sent as given.
+//
+// A lease that is not Held is refused locally with ErrNotHeld. If the store answers GUARD_FAILED
+// because a renewal moved the revision while the write was in flight (the lease is still held, at a
+// new revision), Put retries once with the new guard. Any other GUARD_FAILED is returned (it matches
+// wire.ErrGuardFailed), and when no renewal of the lease can explain it the lease is lost: Lost is
+// closed.
+func (l *Lease) Put(ctx context.Context, req wire.PutRequest) (wire.Entry, error) {
+	if err := l.sameNamespace(&req.Namespace); err != nil {
+		return wire.Entry{}, err
+	}
+	var stored wire.Entry
+	err := l.guarded(ctx, func(g wire.Guard) error {
+		req.Guard = &g
+		var err error
+		stored, err = l.c.Put(ctx, req)
+		return err
+	})
+	return stored, err
+}
+
+// Delete removes an entry on the lease's behalf, guarded like Put, and returns the namespace revision
+// of the delete.
+func (l *Lease) Delete(ctx context.Context, req wire.DeleteRequest) (uint64, error) {
+	if err := l.sameNamespace(&req.Namespace); err != nil {
+		return 0, err
+	}
+	var rev uint64
+	err := l.guarded(ctx, func(g wire.Guard) error {
+		req.Guard = &g
+		var err error
+		rev, err = l.c.Delete(ctx, req)
+		return err
+	})
+	return rev, err
+}
+
+// sameNamespace fills in an empty namespace and refuses another than the lease's.
+func (l *Lease) sameNamespace(ns *string) error {
+	if *ns == "" {
+		*ns = l.o.Namespace
+	}
+	if *ns != l.o.Namespace {
+		return wire.Errorf(wire.CodeInvalidArgument, "lease %s:%s cannot guard a write in namespace %s", l.o.Namespace, l.o.Key, *ns)
+	}
+	return nil
+}
+
+// guarded runs write with the lease's guard, and once more if a renewal explains a GUARD_FAILED.
+func (l *Lease) guarded(ctx context.Context, write func(wire.Guard) error) error {
+	g, err := l.writeGuard()
+	if err != nil {
+		return err
+	}
+	err = write(g)
+	if !errors.Is(err, wire.ErrGuardFailed) || !l.movedOn(ctx, g, err) {
+		return err
+	}
+	if g, err = l.writeGuard(); err != nil {
+		return err
+	}
+	return write(g)
+}
+
+// writeGuard returns the guard for a write, or ErrNotHeld.
+func (l *Lease) writeGuard() (wire.Guard, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.heldLocked() && !l.skipCheck.Load() {
+		return wire.Guard{}, fmt.Errorf("%w: %s:%s", ErrNotHeld, l.o.Namespace, l.o.Key)
+	}
+	return wire.Guard{Key: l.o.Key, Revision: int64(l.rev)}, nil
+}
+
+// movedOn decides, after the store refused a write guarded by g, whether a renewal moved the lease
+// to a new revision meanwhile (true: write again). It waits for a renewal in flight to end. When none
+// of the lease's renewals can explain the refusal, the lease entry is gone: the lease is lost.
+func (l *Lease) movedOn(ctx context.Context, g wire.Guard, refusal error) bool {
+	l.mu.Lock()
+	inflight := l.inflight
+	l.mu.Unlock()
+	if inflight != nil {
+		if l.o.onGuardWait != nil {
+			l.o.onGuardWait()
+		}
+		select {
+		case <-inflight:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	l.mu.Lock()
+	switch {
+	case l.err != nil:
+		l.mu.Unlock()
+		return false
+	case uint64(g.Revision) != l.rev:
+		retry := l.heldLocked()
+		l.mu.Unlock()
+		return retry
+	case len(l.unsure) > 0:
+		// A renewal without a reply may have committed; the next renewal finds out.
+		l.mu.Unlock()
+		return false
+	}
+	err := fmt.Errorf("%w: a write guarded by revision %d was refused: %w", ErrLost, g.Revision, refusal)
+	ended := l.loseLocked(err, true)
+	l.mu.Unlock()
+	if ended {
+		l.logLoss(err)
+	}
+	return false
+}
