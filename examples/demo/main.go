@@ -1,0 +1,318 @@
+// Command demo is the newcomer's tour of the coordination plane, all in one process on the embedded
+// defaults: it starts stated (embedded NATS, a temporary data directory), the media server simulator,
+// a coordinator, two transcoders, a viewer and a computer-vision worker; writes a publish intent and a
+// subscription intent; narrates each step with a timestamp; then kills the active transcoder and shows
+// the standby taking over once the lease expires. It exits 0 when the standby's publication is READY.
+// --keep leaves everything running for exploring with statectl.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/capabilities/sim"
+	"github.com/keeppeek/coordination/coordinator"
+	"github.com/keeppeek/coordination/examples/internal/cv"
+	"github.com/keeppeek/coordination/examples/internal/transcode"
+	"github.com/keeppeek/coordination/examples/internal/view"
+	"github.com/keeppeek/coordination/internal/stated"
+	"github.com/keeppeek/coordination/store/client"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+const (
+	principal = "dev" // the embedded defaults: one admin principal, no credentials
+	service   = "transcoder-a"
+	source    = "front-door"
+	variant   = "browser-h264-720p"
+	leaseTTL  = 2 * time.Second
+)
+
+var start = time.Now()
+
+func say(format string, args ...any) {
+	fmt.Printf("[%6.2fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func main() {
+	keep := flag.Bool("keep", false, "leave everything running after the tour (Ctrl-C to stop)")
+	verbose := flag.Bool("v", false, "show the components' logs")
+	timeout := flag.Duration("timeout", 50*time.Second, "give up after this long")
+	flag.Parse()
+	if err := run(*keep, *verbose, *timeout); err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(keep, verbose bool, timeout time.Duration) error {
+	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	ctx, cancel := context.WithTimeout(sigCtx, timeout)
+	defer cancel()
+	logOut := io.Discard
+	if verbose {
+		logOut = os.Stderr
+	}
+	logger := slog.New(slog.NewTextHandler(logOut, nil))
+
+	// 1. stated on the embedded defaults (free ports when the default ones are taken).
+	dir, err := os.MkdirTemp("", "keeppeek-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cfg := stated.DefaultConfig()
+	cfg.DataDir = dir
+	cfg.NATS.Listen = listenAddr(stated.DefaultNATSListen)
+	cfg.HTTPListen = listenAddr(stated.DefaultHTTPListen)
+	serverCtx, stopServer := context.WithCancel(context.Background())
+	serverDone := make(chan error, 1)
+	go func() { serverDone <- stated.Serve(serverCtx, cfg, nil, logOut) }()
+	defer func() {
+		stopServer()
+		<-serverDone
+	}()
+	url := "nats://" + cfg.NATS.Listen
+	say("stated: NATS %s, HTTP http://%s, data in %s (principal %q, no credentials)", url, cfg.HTTPListen, dir, principal)
+	connect := func(name string) (*nats.Conn, error) {
+		return client.Connect(url, principal, nats.Name(name), nats.RetryOnFailedConnect(true), nats.ReconnectWait(100*time.Millisecond))
+	}
+	adminConn, err := connect("demo-coordinator")
+	if err != nil {
+		return err
+	}
+	defer adminConn.Close()
+	admin, err := client.New(adminConn, principal)
+	if err != nil {
+		return err
+	}
+	if err := waitServed(ctx, admin); err != nil {
+		return err
+	}
+
+	// 2. The media server simulator.
+	simConn, err := connect("demo-mediasim")
+	if err != nil {
+		return err
+	}
+	defer simConn.Close()
+	media := sim.New(simConn, sim.Options{Sources: sim.Sources(source), ReadyDelay: 400 * time.Millisecond, Logger: logger})
+	if err := media.Start(ctx); err != nil {
+		return err
+	}
+	defer media.Stop()
+	say("media server simulator: source %q online", source)
+
+	// 3. Workers: two transcoders, a viewer and a CV worker, each on its own connection.
+	var wg sync.WaitGroup
+	var workMu sync.Mutex
+	events := make(chan transcode.Event, 64)
+	type runner struct {
+		name   string
+		conn   *nats.Conn
+		cancel context.CancelFunc
+	}
+	runners := map[string]*runner{}
+	startRunner := func(name string, run func(ctx context.Context) error, conn *nats.Conn) {
+		rctx, rcancel := context.WithCancel(context.Background())
+		workMu.Lock()
+		runners[name] = &runner{name: name, conn: conn, cancel: rcancel}
+		workMu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(rctx); err != nil && rctx.Err() == nil {
+				say("%s stopped: %v", name, err)
+			}
+		}()
+	}
+	defer func() {
+		workMu.Lock()
+		for _, r := range runners {
+			r.cancel()
+		}
+		workMu.Unlock()
+		wg.Wait()
+		for _, r := range runners {
+			r.conn.Close()
+		}
+	}()
+	for _, id := range []string{"tx-1", "tx-2"} {
+		nc, err := connect("demo-" + id)
+		if err != nil {
+			return err
+		}
+		t, err := transcode.New(transcode.Config{Conn: nc, Principal: principal, WorkerID: id, Service: service, LeaseTTL: leaseTTL,
+			HeartbeatInterval: 500 * time.Millisecond, Logger: logger, Events: func(e transcode.Event) { events <- e }})
+		if err != nil {
+			return err
+		}
+		startRunner(id, t.Run, nc)
+	}
+	say("transcoders tx-1 and tx-2 started (lease TTL %v)", leaseTTL)
+	viewerConn, err := connect("demo-viewer")
+	if err != nil {
+		return err
+	}
+	viewerEvents := make(chan string, 16)
+	viewer, err := view.New(view.Config{Conn: viewerConn, Principal: principal, WorkerID: "viewer-1", Logger: logger,
+		Events: func(kind, intent, detail string) { viewerEvents <- kind + ": " + detail }})
+	if err != nil {
+		return err
+	}
+	startRunner("viewer-1", viewer.Run, viewerConn)
+	cvConn, err := connect("demo-cv")
+	if err != nil {
+		return err
+	}
+	var detections sync.Once
+	cvWorker, err := cv.New(cv.Config{Conn: cvConn, Principal: principal, WorkerID: "cv-1", Logger: logger, EventEvery: 500 * time.Millisecond,
+		Events: func(kind, intent, detail string) {
+			switch kind {
+			case "cv subscribed":
+				say("cv-1: %s (%s)", kind, detail)
+			case "detection":
+				detections.Do(func() { say("cv-1: first detection emitted to its log: %s", detail) })
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	startRunner("cv-1", cvWorker.Run, cvConn)
+	say("viewer-1 and cv-1 started")
+
+	// 4. The coordinator writes the intents.
+	coord, err := coordinator.New(admin)
+	if err != nil {
+		return err
+	}
+	intentKey := "intents/" + source + "-video-" + variant
+	pub := coordinator.PublishIntent(source, coordinator.MediaKindVideo, coordinator.RecordingDisabled)
+	pub.VariantID, pub.OutputProfile = variant, variant
+	e, err := coord.PutIntent(ctx, "service/"+service, intentKey, pub)
+	if err != nil {
+		return fmt.Errorf("publish intent: %w", err)
+	}
+	say("coordinator: intent written: service/%s %s at revision %d (publish %s as %s, recording disabled)", service, intentKey, e.Revision, source, variant)
+	if _, err := viewer.Want(ctx, source, "video", variant); err != nil {
+		return fmt.Errorf("viewer intent: %w", err)
+	}
+	say("viewer-1: subscription intent written in user/%s: wants %s", principal, variant)
+	cvIntent := coordinator.SubscribeIntent(source, coordinator.MediaKindVideo)
+	cvIntent.VariantID = variant
+	cvIntent.Parameters = map[string]json.RawMessage{"cv-a": json.RawMessage(`{"model_profile":"person-detector"}`)}
+	if _, err := coord.PutIntent(ctx, "service/cv-a", "intents/"+source+"-people", cvIntent); err != nil {
+		return fmt.Errorf("cv intent: %w", err)
+	}
+	say("coordinator: model-profile intent written: service/cv-a person-detector on %s", variant)
+
+	// 5. Follow the flow until the publication is READY and the viewer subscribed.
+	active, err := follow(ctx, events, viewerEvents, "")
+	if err != nil {
+		return err
+	}
+
+	// 6. Kill the active transcoder: its connection drops, its lease is no longer renewed.
+	workMu.Lock()
+	victim := runners[active]
+	workMu.Unlock()
+	killedAt := time.Now()
+	victim.conn.Close()
+	victim.cancel()
+	say("KILLED %s (connection dropped, lease not released); the standby waits for the lease to expire", active)
+	standby, err := follow(ctx, events, nil, active)
+	if err != nil {
+		return err
+	}
+	say("failover complete: %s took over %v after the kill", standby, time.Since(killedAt).Round(time.Millisecond))
+
+	if keep {
+		say("still running. Try: go run ./cmd/statectl --nats-url %s ls service/%s", url, service)
+		say("                    go run ./cmd/statectl --nats-url %s watch system workers/", url)
+		say("Ctrl-C to stop")
+		<-sigCtx.Done()
+	}
+	say("done")
+	return nil
+}
+
+// follow narrates transcoder and viewer events until a transcoder (other than skip) reports its
+// publication READY (and, when viewerEvents is set, the viewer has subscribed); it returns that
+// transcoder's worker id.
+func follow(ctx context.Context, events <-chan transcode.Event, viewerEvents <-chan string, skip string) (string, error) {
+	ready, subscribed := "", viewerEvents == nil
+	standby := map[string]bool{}
+	for ready == "" || !subscribed {
+		select {
+		case <-ctx.Done():
+			return "", errors.New("the tour did not complete in time")
+		case ev := <-events:
+			if ev.WorkerID == skip || (ev.Kind == "standby" && standby[ev.WorkerID]) {
+				continue
+			}
+			if ev.Kind == "standby" {
+				standby[ev.WorkerID] = true
+			}
+			switch ev.Kind {
+			case "lease claimed", "standby", "publication started", "capability ready", "invalid":
+				say("%s: %s (%s)", ev.WorkerID, ev.Kind, ev.Detail)
+			}
+			if ev.Kind == "capability ready" {
+				ready = ev.WorkerID
+			}
+		case v := <-viewerEvents:
+			say("viewer-1: %s", v)
+			if len(v) >= 17 && v[:17] == "viewer subscribed" {
+				subscribed = true
+			}
+		}
+	}
+	return ready, nil
+}
+
+// waitServed waits until the state service answers info with the state-store feature.
+func waitServed(ctx context.Context, c *client.Client) error {
+	for {
+		info, err := c.Info(ctx)
+		if err == nil {
+			for _, f := range info.Features {
+				if f == wire.FeatureStateStore {
+					return nil
+				}
+			}
+			return errors.New("stated is up but its store is not served")
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stated did not answer: %w", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// listenAddr is addr when it is free, else a free loopback port.
+func listenAddr(addr string) string {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return addr
+		}
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}

@@ -1,0 +1,243 @@
+// Package cv is the example computer-vision worker, shared by examples/cvworker and examples/demo. An
+// intent in service/<service>/intents/ assigns a model profile (parameters.<service>.model_profile) to
+// a stable source and variant; one worker claims the intent's lease, subscribes to the variant once it
+// is READY, and emits validated (simulated) detection events to its log. Event truth belongs to an event
+// catalog, not to state entries, so events are never written to the store. Health is reported
+// separately, by the worker runtime.
+package cv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/capabilities"
+	"github.com/keeppeek/coordination/lease"
+	"github.com/keeppeek/coordination/reconciler"
+	"github.com/keeppeek/coordination/worker"
+)
+
+// Config configures a Worker.
+type Config struct {
+	Conn      *nats.Conn
+	Principal string // an admin principal (service namespaces are admin-written)
+	WorkerID  string
+	Service   string // default "cv-a"
+	LeaseTTL  time.Duration
+	// EventEvery is how often a simulated detection is emitted while subscribed. Default 1 s.
+	EventEvery time.Duration
+	Logger     *slog.Logger
+	// Events, when set, is called for each step worth narrating and for each emitted detection.
+	Events func(kind, intent, detail string)
+}
+
+// Detection is one simulated model output. Validate enforces what a real event router would.
+type Detection struct {
+	SourceID   string
+	Model      string
+	Label      string
+	Confidence float64
+	AtMs       int64
+}
+
+// Validate rejects a detection no consumer should see.
+func (d Detection) Validate() error {
+	switch {
+	case d.SourceID == "" || d.Model == "" || d.Label == "":
+		return errors.New("detection: source, model and label are required")
+	case d.Confidence < 0 || d.Confidence > 1:
+		return fmt.Errorf("detection: confidence %v outside 0 to 1", d.Confidence)
+	case d.AtMs <= 0:
+		return errors.New("detection: time is required")
+	}
+	return nil
+}
+
+// Worker is a computer-vision worker.
+type Worker struct {
+	cfg     Config
+	ns      string
+	w       *worker.Worker
+	tracker *capabilities.Tracker
+	cmds    *capabilities.Commands
+	ctrl    *reconciler.Controller
+
+	mu     sync.Mutex
+	active map[string]*job
+	wg     sync.WaitGroup
+}
+
+type job struct {
+	lease          *lease.Lease
+	subscriptionID string
+	sessionID      string
+	stop           context.CancelFunc
+}
+
+// New builds a CV worker.
+func New(cfg Config) (*Worker, error) {
+	if cfg.Service == "" {
+		cfg.Service = "cv-a"
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 5 * time.Second
+	}
+	if cfg.EventEvery == 0 {
+		cfg.EventEvery = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Events == nil {
+		cfg.Events = func(string, string, string) {}
+	}
+	w, err := worker.New(worker.Options{Conn: cfg.Conn, Principal: cfg.Principal, WorkerID: cfg.WorkerID, Service: cfg.Service, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	cmds, err := capabilities.NewCommands(cfg.Conn, cfg.Principal)
+	if err != nil {
+		return nil, err
+	}
+	c := &Worker{cfg: cfg, ns: "service/" + cfg.Service, w: w, cmds: cmds, active: map[string]*job{},
+		tracker: capabilities.NewTracker(cfg.Conn, capabilities.TrackerOptions{Logger: cfg.Logger})}
+	changed, _ := c.tracker.Subscribe()
+	c.ctrl, err = reconciler.New(w.Client(), c, reconciler.Options{Namespace: c.ns, KeyPrefix: "intents/",
+		Triggers: []<-chan struct{}{changed}, ResyncEvery: 2 * time.Second, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	w.Add(c.tracker)
+	w.Add(stopper{c})
+	w.Add(c.ctrl)
+	return c, nil
+}
+
+// Worker is the CV worker's runtime (health: Worker().HealthHandler()).
+func (c *Worker) Worker() *worker.Worker { return c.w }
+
+// Run runs the worker until ctx ends.
+func (c *Worker) Run(ctx context.Context) error { return c.w.Run(ctx) }
+
+type stopper struct{ c *Worker }
+
+func (stopper) Start(context.Context) error { return nil }
+func (s stopper) Stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.c.mu.Lock()
+	jobs := s.c.active
+	s.c.active = map[string]*job{}
+	s.c.mu.Unlock()
+	for _, j := range jobs {
+		s.c.end(ctx, j)
+	}
+	s.c.wg.Wait()
+}
+
+func (c *Worker) end(ctx context.Context, j *job) {
+	j.stop()
+	if j.subscriptionID != "" {
+		_ = c.cmds.Unsubscribe(ctx, j.subscriptionID)
+	}
+	c.w.DropLease(j.lease.Key())
+	_ = j.lease.Release(ctx)
+}
+
+// Reconcile runs the model on the intent's variant while the intent is desired and this worker holds
+// its lease.
+func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconciler.Result, error) {
+	e, ok := c.ctrl.Cache().Get(req.Key)
+	var in reconciler.MediaIntent
+	var err error
+	if ok {
+		if in, err = reconciler.DecodeMediaIntent(e); err == nil {
+			err = in.Validate()
+		}
+	}
+	model, _ := in.Parameters[c.cfg.Service]["model_profile"].(string)
+	c.mu.Lock()
+	j := c.active[req.Key]
+	c.mu.Unlock()
+	if j != nil && (!ok || err != nil || !in.Desired || model == "" || !j.lease.Held()) {
+		c.mu.Lock()
+		delete(c.active, req.Key)
+		c.mu.Unlock()
+		c.end(ctx, j)
+		c.cfg.Events("cv stopped", req.Key, "")
+		j = nil
+	}
+	if !ok || err != nil || !in.Desired || model == "" {
+		return reconciler.Result{}, nil
+	}
+	caps := c.tracker.Current()
+	src, ok := caps.Source(in.SourceID)
+	if !ok || !src.Online {
+		return reconciler.Result{}, nil
+	}
+	if j != nil && j.sessionID == src.SessionID {
+		return reconciler.Result{}, nil
+	}
+	stream, _ := src.StreamByKind(in.MediaKind)
+	if v, ok := stream.Variant(in.VariantID); !ok || v.State != capabilities.StateReady {
+		return reconciler.Result{}, nil // subscribe only to what exists
+	}
+	if j == nil {
+		l, err := lease.Claim(ctx, c.w.Client(), lease.Options{Namespace: c.ns, Key: "leases/" + strings.TrimPrefix(req.Key, "intents/"),
+			Holder: c.cfg.WorkerID, TTL: c.cfg.LeaseTTL, Purpose: "cv " + req.Key})
+		if errors.Is(err, lease.ErrHeld) {
+			return reconciler.Result{RequeueAfter: c.cfg.LeaseTTL}, nil
+		}
+		if err != nil {
+			return reconciler.Result{}, err
+		}
+		c.w.HoldLease(l.Key())
+		j = &job{lease: l}
+	} else if j.subscriptionID != "" {
+		_ = c.cmds.Unsubscribe(ctx, j.subscriptionID)
+		j.stop()
+	}
+	rep, err := c.cmds.Subscribe(ctx, capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID})
+	if err != nil {
+		c.w.DropLease(j.lease.Key())
+		_ = j.lease.Release(ctx)
+		return reconciler.Result{RequeueAfter: time.Second}, nil
+	}
+	jctx, stop := context.WithCancel(context.Background())
+	j.subscriptionID, j.sessionID, j.stop = rep.SubscriptionID, src.SessionID, stop
+	c.mu.Lock()
+	c.active[req.Key] = j
+	c.mu.Unlock()
+	c.cfg.Events("cv subscribed", req.Key, fmt.Sprintf("model %s on %s", model, rep.VariantID))
+	c.wg.Add(1)
+	go c.emit(jctx, req.Key, in.SourceID, model)
+	return reconciler.Result{}, nil
+}
+
+// emit produces simulated detections while the job runs.
+func (c *Worker) emit(ctx context.Context, key, source, model string) {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.EventEvery)
+	defer t.Stop()
+	labels := []string{"person", "car", "package"}
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			d := Detection{SourceID: source, Model: model, Label: labels[n%len(labels)], Confidence: 0.5 + float64(n%5)/10, AtMs: now.UnixMilli()}
+			if err := d.Validate(); err != nil {
+				c.cfg.Logger.Warn("detection dropped", "err", err)
+				continue
+			}
+			c.cfg.Logger.Info("detection", "source", d.SourceID, "model", d.Model, "label", d.Label, "confidence", d.Confidence)
+			c.cfg.Events("detection", key, fmt.Sprintf("%s %.1f", d.Label, d.Confidence))
+		}
+	}
+}

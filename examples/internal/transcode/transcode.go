@@ -1,0 +1,378 @@
+// Package transcode is the example transcoder worker of the seed's two-stage flow, shared by
+// examples/transcoder (one process) and examples/demo (several in one process). It watches publish
+// intents under intents/ of its service namespace, claims leases/<source>-<kind>-<variant> create-only
+// with a TTL, resolves the intent's stable source_id to the media server's current session, starts the
+// publication with the intent's recording_mode, waits for the actual variant to be READY, and writes
+// observed status under status/ guarded by its lease. A standby stays idle until the lease goes.
+package transcode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/capabilities"
+	"github.com/keeppeek/coordination/lease"
+	"github.com/keeppeek/coordination/reconciler"
+	"github.com/keeppeek/coordination/store/client"
+	"github.com/keeppeek/coordination/store/wire"
+	"github.com/keeppeek/coordination/worker"
+)
+
+// Config configures a Transcoder.
+type Config struct {
+	// Conn is connected as Principal (an admin principal: service namespaces are admin-written).
+	Conn      *nats.Conn
+	Principal string
+	// WorkerID names this process; Service names the service namespace service/<Service>.
+	WorkerID string
+	Service  string
+	// LeaseTTL is the TTL of the per-output leases. Default 5 s.
+	LeaseTTL time.Duration
+	// HeartbeatInterval of the worker. Default 1 s.
+	HeartbeatInterval time.Duration
+	Logger            *slog.Logger
+	// Events, when set, is called for each step worth narrating (the demo prints them).
+	Events func(Event)
+}
+
+// Event is a step of the flow.
+type Event struct {
+	WorkerID string
+	Kind     string // "lease claimed", "standby", "publication started", "capability ready", "status", "stopped", "invalid"
+	Intent   string
+	Detail   string
+}
+
+// Transcoder is one transcoder worker.
+type Transcoder struct {
+	cfg     Config
+	ns      string
+	w       *worker.Worker
+	tracker *capabilities.Tracker
+	cmds    *capabilities.Commands
+	ctrl    *reconciler.Controller
+
+	leaseFired chan struct{}
+	mu         sync.Mutex
+	held       map[string]*binding // by intent key
+	lastStatus map[string]string   // intent key -> last status written (state/publication), to skip rewrites
+}
+
+// binding is what this worker holds for one intent.
+type binding struct {
+	lease         *lease.Lease
+	leaseKey      string
+	sessionID     string
+	publicationID string
+	variantID     string
+	startedGen    uint64 // capabilities generation when the publication was started
+}
+
+// New builds a transcoder; Run runs it.
+func New(cfg Config) (*Transcoder, error) {
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Events == nil {
+		cfg.Events = func(Event) {}
+	}
+	w, err := worker.New(worker.Options{Conn: cfg.Conn, Principal: cfg.Principal, WorkerID: cfg.WorkerID, Service: cfg.Service,
+		HeartbeatInterval: cfg.HeartbeatInterval, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	cmds, err := capabilities.NewCommands(cfg.Conn, cfg.Principal)
+	if err != nil {
+		return nil, err
+	}
+	t := &Transcoder{cfg: cfg, ns: "service/" + cfg.Service, w: w, cmds: cmds,
+		tracker:    capabilities.NewTracker(cfg.Conn, capabilities.TrackerOptions{Logger: cfg.Logger}),
+		leaseFired: make(chan struct{}, 1), held: map[string]*binding{}, lastStatus: map[string]string{}}
+	capsChanged, _ := t.tracker.Subscribe()
+	t.ctrl, err = reconciler.New(w.Client(), t, reconciler.Options{Namespace: t.ns, KeyPrefix: "intents/",
+		Triggers: []<-chan struct{}{capsChanged, t.leaseFired}, ResyncEvery: 10 * time.Second, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	w.Add(t.tracker)
+	w.Add(&leaseWatch{t: t})
+	w.Add(releaser{t})
+	w.Add(t.ctrl)
+	return t, nil
+}
+
+// Worker is the transcoder's worker runtime.
+func (t *Transcoder) Worker() *worker.Worker { return t.w }
+
+// Run runs the transcoder until ctx ends, then stops gracefully (releasing its leases).
+func (t *Transcoder) Run(ctx context.Context) error { return t.w.Run(ctx) }
+
+// Holds reports the intents this worker holds the lease of.
+func (t *Transcoder) Holds() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for k, b := range t.held {
+		if b.lease.Held() {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (t *Transcoder) event(kind, intent, format string, args ...any) {
+	t.cfg.Events(Event{WorkerID: t.cfg.WorkerID, Kind: kind, Intent: intent, Detail: fmt.Sprintf(format, args...)})
+}
+
+// leaseWatch re-enqueues every intent when a lease of the service is deleted or expires, so a standby
+// tries its create-only claim at once.
+type leaseWatch struct {
+	t     *Transcoder
+	cache *client.Cache
+}
+
+func (lw *leaseWatch) Start(ctx context.Context) error {
+	fire := func() {
+		select {
+		case lw.t.leaseFired <- struct{}{}:
+		default:
+		}
+	}
+	c, err := lw.t.w.Client().NewCache(ctx, client.CacheOptions{Namespace: lw.t.ns, KeyPrefix: "leases/", Handlers: client.Handlers{
+		OnDelete: func(string, uint64) { fire() },
+		OnExpire: func(string, uint64) { fire() },
+	}})
+	lw.cache = c
+	return err
+}
+
+func (lw *leaseWatch) Stop() {
+	if lw.cache != nil {
+		lw.cache.Close()
+	}
+}
+
+// releaser stops the publications and releases the leases on a graceful stop (after the controller
+// has stopped reconciling).
+type releaser struct{ t *Transcoder }
+
+func (releaser) Start(context.Context) error { return nil }
+func (r releaser) Stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r.t.mu.Lock()
+	held := r.t.held
+	r.t.held = map[string]*binding{}
+	r.t.mu.Unlock()
+	for key, b := range held {
+		r.t.stopBinding(ctx, key, b, "worker stopping")
+	}
+}
+
+// LeaseKey is the lease of an intent's actual output: leases/<source>-<kind>-<variant>.
+func LeaseKey(in reconciler.MediaIntent) string {
+	return "leases/" + in.SourceID + "-" + in.MediaKind + "-" + in.VariantID
+}
+
+func statusKey(intentKey string) string { return "status/" + strings.TrimPrefix(intentKey, "intents/") }
+
+// Reconcile brings one intent's actual state towards its desired state.
+func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (reconciler.Result, error) {
+	e, ok := t.ctrl.Cache().Get(req.Key)
+	var in reconciler.MediaIntent
+	var err error
+	if ok {
+		in, err = reconciler.DecodeMediaIntent(e)
+		if err == nil {
+			err = in.Validate()
+		}
+	}
+	if ok && err == nil && in.Role != reconciler.RolePublish {
+		return reconciler.Result{}, nil // subscribe intents are for viewers
+	}
+	if ok && err == nil && in.VariantID == "" {
+		err = &reconciler.ValidationError{Field: "variant_id", Message: "a transcoder publish intent names the output variant"}
+	}
+	if !ok || err != nil || !in.Desired {
+		t.mu.Lock()
+		b := t.held[req.Key]
+		delete(t.held, req.Key)
+		t.mu.Unlock()
+		if b != nil {
+			t.stopBinding(ctx, req.Key, b, "intent no longer desired")
+		}
+		if err != nil {
+			var ve *reconciler.ValidationError
+			if errors.As(err, &ve) {
+				t.event("invalid", req.Key, "%v", err)
+				t.writeStatus(ctx, nil, req.Key, reconciler.InvalidStatus(req.Key, err, time.Now()))
+				return reconciler.Result{}, nil // never retried: a coordinator must fix the intent
+			}
+		}
+		return reconciler.Result{}, nil
+	}
+	b, err := t.claim(ctx, req.Key, in)
+	if err != nil || b == nil {
+		return reconciler.Result{}, err // standby (b nil) waits for the lease to go
+	}
+	return t.publish(ctx, req.Key, in, b)
+}
+
+// claim returns the binding this worker holds for the intent, claiming its lease if it is free; nil
+// (and no error) when another worker holds it.
+func (t *Transcoder) claim(ctx context.Context, key string, in reconciler.MediaIntent) (*binding, error) {
+	leaseKey := LeaseKey(in)
+	t.mu.Lock()
+	b := t.held[key]
+	t.mu.Unlock()
+	if b != nil && b.lease.Held() && b.leaseKey == leaseKey {
+		return b, nil
+	}
+	if b != nil { // lost, or the intent now names another output
+		t.mu.Lock()
+		delete(t.held, key)
+		t.mu.Unlock()
+		t.stopBinding(ctx, key, b, "lease lost or output changed")
+	}
+	l, err := lease.Claim(ctx, t.w.Client(), lease.Options{Namespace: t.ns, Key: leaseKey, Holder: t.cfg.WorkerID,
+		TTL: t.cfg.LeaseTTL, Purpose: "publish " + key, Logger: t.cfg.Logger})
+	if errors.Is(err, lease.ErrHeld) {
+		t.event("standby", key, "%s is held by another worker", leaseKey)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	b = &binding{lease: l, leaseKey: leaseKey}
+	t.mu.Lock()
+	t.held[key] = b
+	t.mu.Unlock()
+	t.w.HoldLease(leaseKey)
+	t.event("lease claimed", key, "%s at revision %d", leaseKey, l.Revision())
+	go func() { // a lost lease is noticed at once
+		<-l.Lost()
+		t.ctrl.Enqueue(key)
+	}()
+	return b, nil
+}
+
+// publish resolves the source, starts the publication when needed and reports what exists.
+func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.MediaIntent, b *binding) (reconciler.Result, error) {
+	st := reconciler.ObservedStatus{SubjectKey: key, ObservedAtMs: time.Now().UnixMilli(), Holder: t.cfg.WorkerID, VariantID: in.VariantID}
+	caps := t.tracker.Current()
+	src, ok := caps.Source(in.SourceID)
+	if !ok || !src.Online {
+		st.State, st.Message = reconciler.StatePending, "waiting for source "+in.SourceID
+		t.writeStatus(ctx, b, key, st)
+		return reconciler.Result{}, nil // a capability change re-enqueues
+	}
+	stream, ok := streamFor(src, in)
+	if !ok {
+		st.State, st.Message = reconciler.StateFailed, "the source has no "+in.MediaKind+" stream"
+		t.writeStatus(ctx, b, key, st)
+		return reconciler.Result{}, nil
+	}
+	if b.publicationID == "" || b.sessionID != src.SessionID {
+		gen := caps.Generation
+		rep, err := t.cmds.StartPublication(ctx, capabilities.StartPublicationRequest{SessionID: src.SessionID, StreamID: stream.StreamID,
+			VariantID: in.VariantID, OutputProfile: in.OutputProfile, RecordingMode: in.RecordingMode})
+		switch {
+		case errors.Is(err, capabilities.ErrSourceUnavailable):
+			st.State, st.Message, st.ErrorCode = reconciler.StatePending, "source session changed; re-resolving", string(capabilities.CodeOf(err))
+			t.writeStatus(ctx, b, key, st)
+			return reconciler.Result{}, nil
+		case errors.Is(err, capabilities.ErrPublicationConflict), errors.Is(err, capabilities.ErrRecordingModeInvalid):
+			st.State, st.Message, st.ErrorCode = reconciler.StateFailed, err.Error(), string(capabilities.CodeOf(err))
+			t.writeStatus(ctx, b, key, st)
+			return reconciler.Result{RequeueAfter: 5 * time.Second}, nil
+		case err != nil:
+			return reconciler.Result{}, err
+		}
+		b.publicationID, b.sessionID, b.variantID, b.startedGen = rep.PublicationID, src.SessionID, rep.VariantID, gen
+		t.event("publication started", key, "%s on session %s (recording %s)", rep.VariantID, src.SessionID, in.RecordingMode)
+	}
+	st.PublicationID = b.publicationID
+	v, ok := stream.Variant(b.variantID)
+	fresh := caps.Generation > b.startedGen // a snapshot taken before our start says nothing about it
+	switch {
+	case !fresh:
+		st.State, st.Message = reconciler.StatePending, "publication started; waiting for the media server"
+	case ok && v.State == capabilities.StateReady && v.Publisher == t.cfg.Principal:
+		st.State = reconciler.StateActive
+	case ok && v.State == capabilities.StateFailed && fresh:
+		st.State, st.Message = reconciler.StateFailed, "the media server reports the variant FAILED"
+		b.publicationID = "" // start again after a pause
+		t.writeStatus(ctx, b, key, st)
+		return reconciler.Result{RequeueAfter: 2 * time.Second}, nil
+	default:
+		st.State, st.Message = reconciler.StatePending, "waiting for the variant to be READY"
+	}
+	t.writeStatus(ctx, b, key, st)
+	return reconciler.Result{}, nil
+}
+
+func streamFor(src capabilities.Source, in reconciler.MediaIntent) (capabilities.Stream, bool) {
+	if in.StreamID != "" {
+		return src.Stream(in.StreamID)
+	}
+	return src.StreamByKind(in.MediaKind)
+}
+
+// writeStatus writes the intent's observed status under status/, guarded by the lease when b is set,
+// skipping a write that would say what the last one said.
+func (t *Transcoder) writeStatus(ctx context.Context, b *binding, key string, st reconciler.ObservedStatus) {
+	sig := string(st.State) + "|" + st.PublicationID + "|" + st.Message + "|" + st.ErrorCode
+	t.mu.Lock()
+	same := t.lastStatus[key] == sig
+	t.mu.Unlock()
+	if same {
+		return
+	}
+	req := wire.PutRequest{Namespace: t.ns, Key: statusKey(key), Schema: reconciler.ObservedStatusSchema, Document: st.Document()}
+	var err error
+	if b != nil {
+		_, err = b.lease.Put(ctx, req)
+	} else {
+		_, err = t.w.Client().Put(ctx, req)
+	}
+	if err != nil {
+		t.cfg.Logger.Warn("status not written", "intent", key, "state", st.State, "err", err)
+		return
+	}
+	t.mu.Lock()
+	t.lastStatus[key] = sig
+	t.mu.Unlock()
+	if st.State == reconciler.StateActive {
+		t.event("capability ready", key, "%s READY, published by %s", st.VariantID, t.cfg.Principal)
+	}
+	t.event("status", key, "%s %s", st.State, st.Message)
+}
+
+// stopBinding stops the publication, reports stopped and releases the lease.
+func (t *Transcoder) stopBinding(ctx context.Context, key string, b *binding, why string) {
+	if b.lease.Held() {
+		if b.publicationID != "" {
+			if err := t.cmds.StopPublication(ctx, b.publicationID); err != nil && !errors.Is(err, capabilities.ErrPublicationNotFound) {
+				t.cfg.Logger.Warn("stop publication", "intent", key, "err", err)
+			}
+		}
+		t.writeStatus(ctx, b, key, reconciler.ObservedStatus{SubjectKey: key, State: reconciler.StateStopped,
+			ObservedAtMs: time.Now().UnixMilli(), Message: why, Holder: t.cfg.WorkerID})
+	}
+	_ = b.lease.Release(ctx)
+	t.w.DropLease(b.leaseKey)
+	t.mu.Lock()
+	delete(t.lastStatus, key)
+	t.mu.Unlock()
+	t.event("stopped", key, "%s", why)
+}

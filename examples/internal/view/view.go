@@ -1,0 +1,165 @@
+// Package view is the example viewer, shared by examples/viewer and examples/demo: a user principal
+// stores a subscription intent in its own namespace (user/<id>) naming the variant it wants, then
+// subscribes only once the media server says that variant is READY. The intent never grants media
+// access by itself: the subscribe command does, against capabilities that exist.
+package view
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/capabilities"
+	"github.com/keeppeek/coordination/reconciler"
+	"github.com/keeppeek/coordination/store/wire"
+	"github.com/keeppeek/coordination/worker"
+)
+
+// Config configures a Viewer.
+type Config struct {
+	Conn      *nats.Conn
+	Principal string // the user; its namespace is user/<Principal>
+	WorkerID  string
+	Logger    *slog.Logger
+	// Events, when set, is called for each step worth narrating.
+	Events func(kind, intent, detail string)
+}
+
+// Viewer subscribes to what its subscription intents ask for, once it exists.
+type Viewer struct {
+	cfg     Config
+	ns      string
+	w       *worker.Worker
+	tracker *capabilities.Tracker
+	cmds    *capabilities.Commands
+	ctrl    *reconciler.Controller
+
+	mu   sync.Mutex
+	subs map[string]subscription // intent key -> current subscription
+}
+
+type subscription struct{ id, sessionID, variantID string }
+
+// New builds a viewer.
+func New(cfg Config) (*Viewer, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Events == nil {
+		cfg.Events = func(string, string, string) {}
+	}
+	if cfg.WorkerID == "" {
+		cfg.WorkerID = "viewer"
+	}
+	w, err := worker.New(worker.Options{Conn: cfg.Conn, Principal: cfg.Principal, WorkerID: cfg.WorkerID, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	cmds, err := capabilities.NewCommands(cfg.Conn, cfg.Principal)
+	if err != nil {
+		return nil, err
+	}
+	v := &Viewer{cfg: cfg, ns: "user/" + cfg.Principal, w: w, cmds: cmds, subs: map[string]subscription{},
+		tracker: capabilities.NewTracker(cfg.Conn, capabilities.TrackerOptions{Logger: cfg.Logger})}
+	changed, _ := v.tracker.Subscribe()
+	v.ctrl, err = reconciler.New(w.Client(), v, reconciler.Options{Namespace: v.ns, KeyPrefix: "intents/",
+		Triggers: []<-chan struct{}{changed}, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	w.Add(v.tracker)
+	w.Add(v.ctrl)
+	return v, nil
+}
+
+// Worker is the viewer's worker runtime.
+func (v *Viewer) Worker() *worker.Worker { return v.w }
+
+// Run runs the viewer until ctx ends.
+func (v *Viewer) Run(ctx context.Context) error { return v.w.Run(ctx) }
+
+// Want writes (or replaces) the subscription intent for a variant of a source: the viewer's choice.
+func (v *Viewer) Want(ctx context.Context, sourceID, mediaKind, variantID string) (string, error) {
+	key := "intents/" + sourceID + "-" + mediaKind + "-" + variantID
+	doc := fmt.Sprintf(`{"role":"subscribe","desired":true,"source_id":%q,"media_kind":%q,"variant_id":%q}`, sourceID, mediaKind, variantID)
+	_, err := v.w.Client().Put(ctx, wire.PutRequest{Namespace: v.ns, Key: key, Schema: reconciler.MediaIntentSchema, Document: []byte(doc)})
+	return key, err
+}
+
+// Subscription returns the subscription id held for an intent.
+func (v *Viewer) Subscription(intentKey string) (string, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	s, ok := v.subs[intentKey]
+	return s.id, ok
+}
+
+// Reconcile subscribes to the intent's variant once it is READY on the source's current session.
+func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconciler.Result, error) {
+	e, ok := v.ctrl.Cache().Get(req.Key)
+	var in reconciler.MediaIntent
+	var err error
+	if ok {
+		if in, err = reconciler.DecodeMediaIntent(e); err == nil {
+			err = in.Validate()
+		}
+	}
+	v.mu.Lock()
+	cur, subscribed := v.subs[req.Key]
+	v.mu.Unlock()
+	if !ok || err != nil || !in.Desired || in.Role != reconciler.RoleSubscribe {
+		if subscribed {
+			_ = v.cmds.Unsubscribe(ctx, cur.id)
+			v.mu.Lock()
+			delete(v.subs, req.Key)
+			v.mu.Unlock()
+			v.cfg.Events("unsubscribed", req.Key, cur.id)
+		}
+		return reconciler.Result{}, nil
+	}
+	caps := v.tracker.Current()
+	src, ok := caps.Source(in.SourceID)
+	status := reconciler.ObservedStatus{SubjectKey: req.Key, ObservedAtMs: time.Now().UnixMilli(), VariantID: in.VariantID}
+	if !ok || !src.Online {
+		status.State, status.Message = reconciler.StatePending, "waiting for source "+in.SourceID
+		return reconciler.Result{}, v.status(ctx, req.Key, status)
+	}
+	if subscribed && cur.sessionID == src.SessionID {
+		return reconciler.Result{}, nil
+	}
+	stream, ok := src.StreamByKind(in.MediaKind)
+	if in.StreamID != "" {
+		stream, ok = src.Stream(in.StreamID)
+	}
+	variant, vok := stream.Variant(in.VariantID)
+	if !ok || !vok || variant.State != capabilities.StateReady {
+		// The intent is only a wish: nothing is sent until the capability says the variant exists.
+		status.State, status.Message = reconciler.StatePending, "waiting for "+in.VariantID+" to be READY"
+		return reconciler.Result{}, v.status(ctx, req.Key, status)
+	}
+	rep, err := v.cmds.Subscribe(ctx, capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID})
+	if errors.Is(err, capabilities.ErrVariantNotReady) || errors.Is(err, capabilities.ErrSourceUnavailable) {
+		return reconciler.Result{RequeueAfter: time.Second}, nil
+	}
+	if err != nil {
+		return reconciler.Result{}, err
+	}
+	v.mu.Lock()
+	v.subs[req.Key] = subscription{id: rep.SubscriptionID, sessionID: src.SessionID, variantID: rep.VariantID}
+	v.mu.Unlock()
+	v.cfg.Events("viewer subscribed", req.Key, fmt.Sprintf("%s as %s", rep.VariantID, rep.SubscriptionID))
+	status.State, status.SubscriptionID = reconciler.StateActive, rep.SubscriptionID
+	return reconciler.Result{}, v.status(ctx, req.Key, status)
+}
+
+func (v *Viewer) status(ctx context.Context, intentKey string, st reconciler.ObservedStatus) error {
+	_, err := v.w.Client().Put(ctx, wire.PutRequest{Namespace: v.ns, Key: "status/" + strings.TrimPrefix(intentKey, "intents/"),
+		Schema: reconciler.ObservedStatusSchema, Document: st.Document()})
+	return err
+}
