@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/keeppeek/coordination/internal/bench"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+func (a *app) cmdBench(ctx context.Context, cmd *command, args []string) error {
+	cfg := bench.DefaultConfig()
+	fs := a.flagSet(cmd.name)
+	fs.IntVar(&cfg.Owners, "owners", cfg.Owners, "")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "")
+	fs.IntVar(&cfg.Writers, "writers", cfg.Writers, "")
+	fs.IntVar(&cfg.Connections, "connections", cfg.Connections, "")
+	fs.IntVar(&cfg.Watches, "watches", cfg.Watches, "")
+	fs.IntVar(&cfg.Entries, "entries", cfg.Entries, "")
+	fs.DurationVar(&cfg.Idle, "idle", cfg.Idle, "")
+	fs.StringVar(&cfg.MetricsURL, "metrics-url", cfg.MetricsURL, "")
+	fs.StringVar(&cfg.Namespace, "namespace", cfg.Namespace, "")
+	fs.BoolVar(&cfg.Keep, "keep", false, "")
+	admins := fs.String("admins", "", "")
+	if _, err := a.parse(cmd, fs, args, 0, 0); err != nil {
+		return err
+	}
+	cfg.URL, cfg.Prefix, cfg.RequestTimeout = a.g.natsURL, a.g.prefix, a.g.timeout
+	cfg.Principals = []bench.Principal{{ID: a.g.user, Password: a.g.password}}
+	if *admins != "" {
+		ps, err := parseAdmins(*admins)
+		if err != nil {
+			return err
+		}
+		cfg.Principals = ps
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageErrorf("%v", err)
+	}
+	cfg.Logf = func(format string, args ...any) { fmt.Fprintf(a.stderr, "statectl bench: "+format+"\n", args...) }
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if a.g.json {
+		return writeJSON(a.stdout, rep)
+	}
+	return rep.WriteTable(a.stdout)
+}
+
+// parseAdmins reads ID:PASSWORD,ID:PASSWORD,... (an ID alone connects without credentials).
+func parseAdmins(s string) ([]bench.Principal, error) {
+	var ps []bench.Principal
+	for item := range strings.SplitSeq(s, ",") {
+		id, pw, _ := strings.Cut(strings.TrimSpace(item), ":")
+		if !wire.ValidPrincipalID(id) {
+			return nil, usageErrorf("--admins: %q is not a principal id", id)
+		}
+		ps = append(ps, bench.Principal{ID: id, Password: pw})
+	}
+	return ps, nil
+}

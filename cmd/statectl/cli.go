@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/internal/bench"
+	"github.com/keeppeek/coordination/store/client"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitFailure     = 1 // an error the server answered (a SPEC code), or a local failure
+	exitUsage       = 2
+	exitConnection  = 3 // no connection, wrong credentials, no reply in time
+	exitInterrupted = 130
+)
+
+// Defaults of the global flags.
+const (
+	defaultNATSURL = "nats://127.0.0.1:4222"
+	defaultUser    = "dev"
+	defaultTimeout = 5 * time.Second
+)
+
+// globals are the flags every command takes, before or after its name, each also from the
+// environment.
+type globals struct {
+	natsURL  string
+	user     string
+	password string
+	prefix   string
+	timeout  time.Duration
+	json     bool
+	// timeoutSet is true when --timeout was given on the command line (watch then stops after it).
+	timeoutSet bool
+}
+
+// register adds the global flags to fs with the current values as defaults, so a FlagSet parsed
+// later keeps what an earlier one (or the environment) set.
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.natsURL, "nats-url", g.natsURL, "NATS server URL")
+	fs.StringVar(&g.user, "user", g.user, "principal")
+	fs.StringVar(&g.password, "password", g.password, "password")
+	fs.StringVar(&g.prefix, "prefix", g.prefix, "subject prefix")
+	fs.DurationVar(&g.timeout, "timeout", g.timeout, "request timeout")
+	fs.BoolVar(&g.json, "json", g.json, "print wire JSON")
+}
+
+// fromEnv reads the globals' environment variables over the defaults.
+func (g *globals) fromEnv(getenv func(string) string) error {
+	*g = globals{natsURL: defaultNATSURL, user: defaultUser, prefix: wire.DefaultPrefix, timeout: defaultTimeout}
+	if v := getenv("STATECTL_NATS_URL"); v != "" {
+		g.natsURL = v
+	}
+	if v := getenv("STATECTL_USER"); v != "" {
+		g.user = v
+	}
+	g.password = getenv("STATECTL_PASSWORD")
+	if v := getenv("STATECTL_PREFIX"); v != "" {
+		g.prefix = v
+	}
+	if v := getenv("STATECTL_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return usageErrorf("STATECTL_TIMEOUT=%q: %v", v, err)
+		}
+		g.timeout = d
+	}
+	if v := getenv("STATECTL_JSON"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return usageErrorf("STATECTL_JSON=%q: %v", v, err)
+		}
+		g.json = b
+	}
+	return nil
+}
+
+func (g *globals) validate() error {
+	switch {
+	case g.natsURL == "":
+		return usageErrorf("--nats-url is empty")
+	case !wire.ValidPrincipalID(g.user):
+		return usageErrorf("--user %q is not a principal id ([a-z0-9][a-z0-9_-]{0,62})", g.user)
+	case !wire.ValidPrefix(g.prefix):
+		return usageErrorf("--prefix %q is not a subject prefix", g.prefix)
+	case g.timeout <= 0:
+		return usageErrorf("--timeout must be positive, got %v", g.timeout)
+	}
+	return nil
+}
+
+// app is one statectl invocation.
+type app struct {
+	g globals
+	// requestTimeout, when set, replaces g.timeout as the bound of each request (watch uses
+	// --timeout for its own duration).
+	requestTimeout time.Duration
+	stdin          io.Reader
+	stdout         io.Writer
+	stderr         io.Writer
+}
+
+// command is a subcommand: run parses its own flags (after the globals) and arguments.
+type command struct {
+	name  string
+	usage string
+	run   func(a *app, ctx context.Context, cmd *command, args []string) error
+}
+
+func commands() []*command {
+	return []*command{
+		{name: "get", usage: usageGet, run: (*app).cmdGet},
+		{name: "put", usage: usagePut, run: (*app).cmdPut},
+		{name: "delete", usage: usageDelete, run: (*app).cmdDelete},
+		{name: "ls", usage: usageLs, run: (*app).cmdLs},
+		{name: "watch", usage: usageWatch, run: (*app).cmdWatch},
+		{name: "info", usage: usageInfo, run: (*app).cmdInfo},
+		{name: "backup", usage: usageBackup, run: (*app).cmdBackup},
+		{name: "audit", usage: usageAudit, run: (*app).cmdAudit},
+		{name: "bench", usage: usageBench, run: (*app).cmdBench},
+	}
+}
+
+func lookup(name string) *command {
+	for _, c := range commands() {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// run is statectl: it returns the exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	return a.report(a.main(ctx, args))
+}
+
+func (a *app) main(ctx context.Context, args []string) error {
+	if err := a.g.fromEnv(os.Getenv); err != nil {
+		return err
+	}
+	fs := a.flagSet("statectl")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(a.stdout, usageMain)
+			return nil
+		}
+		return usageErrorf("%v", err)
+	}
+	fs.Visit(func(f *flag.Flag) { a.g.timeoutSet = a.g.timeoutSet || f.Name == "timeout" })
+	if fs.NArg() == 0 {
+		fmt.Fprint(a.stderr, usageMain)
+		return &cliError{code: exitUsage, label: "USAGE", err: errors.New("name a command")}
+	}
+	name, rest := fs.Arg(0), fs.Args()[1:]
+	if name == "help" {
+		return a.help(rest)
+	}
+	cmd := lookup(name)
+	if cmd == nil {
+		return usageErrorf("unknown command %q (see statectl help)", name)
+	}
+	return cmd.run(a, ctx, cmd, rest)
+}
+
+func (a *app) help(args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(a.stdout, usageMain)
+		return nil
+	}
+	cmd := lookup(args[0])
+	if cmd == nil {
+		return usageErrorf("unknown command %q (see statectl help)", args[0])
+	}
+	fmt.Fprint(a.stdout, cmd.usage)
+	return nil
+}
+
+// flagSet returns a silent FlagSet with the global flags registered.
+func (a *app) flagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	a.g.register(fs)
+	return fs
+}
+
+// errHelp is returned by parse after it printed a command's usage for --help.
+var errHelp = errors.New("help shown")
+
+// parse parses a command's flags, which may come before, between or after its arguments (a "--"
+// ends the flags), validates the globals and checks the number of arguments.
+func (a *app) parse(cmd *command, fs *flag.FlagSet, args []string, minArgs, maxArgs int) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprint(a.stdout, cmd.usage)
+				return nil, errHelp
+			}
+			return nil, usageErrorf("%s: %v (see statectl help %s)", cmd.name, err, cmd.name)
+		}
+		rest := fs.Args()
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	fs.Visit(func(f *flag.Flag) { a.g.timeoutSet = a.g.timeoutSet || f.Name == "timeout" })
+	if err := a.g.validate(); err != nil {
+		return nil, err
+	}
+	if len(pos) < minArgs || len(pos) > maxArgs {
+		return nil, usageErrorf("%s takes %s (see statectl help %s)", cmd.name, argCount(minArgs, maxArgs), cmd.name)
+	}
+	return pos, nil
+}
+
+func argCount(lo, hi int) string {
+	plural := func(n int) string {
+		if n == 1 {
+			return "1 argument"
+		}
+		return fmt.Sprintf("%d arguments", n)
+	}
+	switch {
+	case lo == hi:
+		return plural(lo)
+	case hi == lo+1:
+		return fmt.Sprintf("%d or %s", lo, plural(hi))
+	default:
+		return fmt.Sprintf("%d to %s", lo, plural(hi))
+	}
+}
+
+// conn is a connection to the state server as the --user principal.
+type conn struct {
+	c *client.Client
+	// violations receives NATS permission violations: a request on a subject the principal may not
+	// publish to gets no reply, only this.
+	violations chan error
+}
+
+func (a *app) connect() (*conn, error) {
+	timeout := a.g.timeout
+	if a.requestTimeout > 0 {
+		timeout = a.requestTimeout
+	}
+	cn := &conn{violations: make(chan error, 8)}
+	opts := []nats.Option{
+		nats.Timeout(timeout),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				select {
+				case cn.violations <- err:
+				default:
+				}
+			}
+		}),
+	}
+	if a.g.password != "" {
+		opts = append(opts, nats.UserInfo(a.g.user, a.g.password))
+	}
+	nc, err := client.Connect(a.g.natsURL, a.g.user, opts...)
+	if err != nil {
+		return nil, &cliError{code: exitConnection, label: "CONNECTION", err: err}
+	}
+	c, err := client.New(nc, a.g.user, client.WithPrefix(a.g.prefix), client.WithRequestTimeout(timeout))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	cn.c = c
+	return cn, nil
+}
+
+func (cn *conn) close() { cn.c.Conn().Close() }
+
+// cliError is an error with its exit code and the label printed before it.
+type cliError struct {
+	code  int
+	label string
+	err   error
+}
+
+func (e *cliError) Error() string { return e.err.Error() }
+func (e *cliError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return &cliError{code: exitUsage, label: "USAGE", err: fmt.Errorf(format, args...)}
+}
+
+// report prints err as `statectl: <CODE>: <message>` and returns the exit code.
+func (a *app) report(err error) int {
+	if err == nil || errors.Is(err, errHelp) {
+		return exitOK
+	}
+	code, label, msg := classify(err)
+	fmt.Fprintf(a.stderr, "statectl: %s: %s\n", label, msg)
+	return code
+}
+
+// classify maps an error to its exit code, its label (the SPEC code for a server's answer) and its
+// message.
+func classify(err error) (code int, label, msg string) {
+	msg = err.Error()
+	var ce *cliError
+	if errors.As(err, &ce) {
+		return ce.code, ce.label, msg
+	}
+	var we *wire.Error
+	if errors.As(err, &we) {
+		if err == error(we) {
+			msg = we.Message
+			if we.CurrentRevision != nil {
+				msg = fmt.Sprintf("%s (current_revision %d)", we.Message, *we.CurrentRevision)
+			}
+		}
+		return exitFailure, string(we.Code), msg
+	}
+	var oe *net.OpError
+	switch {
+	case errors.Is(err, bench.ErrConnect):
+		return exitConnection, "CONNECTION", msg
+	case errors.Is(err, context.Canceled):
+		return exitInterrupted, "INTERRUPTED", msg
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return exitConnection, "TIMEOUT", msg
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrNoServers), errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.As(err, &oe):
+		return exitConnection, "CONNECTION", msg
+	}
+	return exitFailure, "ERROR", strings.TrimPrefix(msg, "statectl: ")
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/internal/bench"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+func TestParseTTL(t *testing.T) {
+	for in, want := range map[string]int64{"30s": 30000, "1500": 1500, "0": 0, "1.5s": 1500, "2m": 120000, "250ms": 250} {
+		if got, err := parseTTL(in); err != nil || got != want {
+			t.Errorf("parseTTL(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"-1", "-1s", "1us", "soon", ""} {
+		if got, err := parseTTL(in); err == nil {
+			t.Errorf("parseTTL(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
+func TestParseGuard(t *testing.T) {
+	g, err := parseGuard("leases/front-door=42")
+	if err != nil || g.Key != "leases/front-door" || g.Revision != 42 {
+		t.Fatalf("parseGuard = %+v, %v", g, err)
+	}
+	for _, in := range []string{"=3", "k=", "k", "k=x"} {
+		if g, err := parseGuard(in); err == nil {
+			t.Errorf("parseGuard(%q) = %+v, want an error", in, g)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	conflict := wire.RevisionError(wire.CodeConflict, 3, "k is at revision 3, not 2")
+	for _, c := range []struct {
+		err   error
+		code  int
+		label string
+		msg   string
+	}{
+		{conflict, exitFailure, string(wire.CodeConflict), "k is at revision 3, not 2 (current_revision 3)"},
+		{fmt.Errorf("bench: serial CAS: %w", conflict), exitFailure, string(wire.CodeConflict), "bench: serial CAS: " + conflict.Error()},
+		{usageErrorf("get takes 2 arguments"), exitUsage, "USAGE", "get takes 2 arguments"},
+		{fmt.Errorf("get request: %w", context.DeadlineExceeded), exitConnection, "TIMEOUT", "get request: context deadline exceeded"},
+		{fmt.Errorf("get request: %w", nats.ErrTimeout), exitConnection, "TIMEOUT", "get request: nats: timeout"},
+		{fmt.Errorf("bench: %w: %w", bench.ErrConnect, errors.New("nats: Authorization Violation")), exitConnection, "CONNECTION", "bench: connect: nats: Authorization Violation"},
+		{fmt.Errorf("watch: %w", context.Canceled), exitInterrupted, "INTERRUPTED", "watch: context canceled"},
+		{errors.New("open x: no such file or directory"), exitFailure, "ERROR", "open x: no such file or directory"},
+	} {
+		code, label, msg := classify(c.err)
+		if code != c.code || label != c.label || msg != c.msg {
+			t.Errorf("classify(%v) = %d %s %q; want %d %s %q", c.err, code, label, msg, c.code, c.label, c.msg)
+		}
+	}
+}
+
+// Usage problems are found before any connection: these run without a server.
+func TestRunUsageInProcess(t *testing.T) {
+	for _, c := range []struct {
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{[]string{"help"}, 0, "Commands:", ""},
+		{[]string{"help", "ls"}, 0, "--limit N", ""},
+		{[]string{"ls", "--help"}, 0, "--limit N", ""},
+		{nil, 2, "", "statectl: USAGE: name a command"},
+		{[]string{"get", "service/x"}, 2, "", "statectl: USAGE: get takes 2 arguments"},
+		{[]string{"put", "a", "b"}, 2, "", "statectl: USAGE: put takes 3 or 4 arguments"},
+		{[]string{"ls", "a", "b", "c"}, 2, "", "statectl: USAGE: ls takes 1 or 2 arguments"},
+		{[]string{"put", "a", "b", "c", "--guard", "nope"}, 2, "", `statectl: USAGE: --guard "nope" is not KEY=REV`},
+		{[]string{"--prefix", "a.*", "info"}, 2, "", `statectl: USAGE: --prefix "a.*" is not a subject prefix`},
+		{[]string{"info", "--nats-url", ""}, 2, "", "statectl: USAGE: --nats-url is empty"},
+	} {
+		var out, errb strings.Builder
+		code := run(context.Background(), c.args, strings.NewReader(""), &out, &errb)
+		if code != c.code || !strings.Contains(out.String(), c.stdout) || !strings.Contains(errb.String(), c.stderr) {
+			t.Errorf("statectl %q: exit %d\nstdout: %s\nstderr: %s", c.args, code, out.String(), errb.String())
+		}
+	}
+}

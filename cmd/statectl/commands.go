@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// maxDocumentInput bounds what put reads; the server's max_document_bytes is far lower.
+const maxDocumentInput = 64 << 20
+
+func (a *app) cmdGet(ctx context.Context, cmd *command, args []string) error {
+	fs := a.flagSet(cmd.name)
+	pos, err := a.parse(cmd, fs, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	cn, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	e, err := cn.c.Get(ctx, pos[0], pos[1])
+	if err != nil {
+		return err
+	}
+	if a.g.json {
+		return writeJSON(a.stdout, e)
+	}
+	return writeEntry(a.stdout, e, true)
+}
+
+// writeFlags are the conditions of put and delete.
+type writeFlags struct {
+	expect optionalInt
+	guard  string
+}
+
+func (w *writeFlags) register(fs *flag.FlagSet) {
+	fs.Var(&w.expect, "expect-revision", "")
+	fs.StringVar(&w.guard, "guard", "", "")
+}
+
+func (w *writeFlags) guardValue() (*wire.Guard, error) {
+	if w.guard == "" {
+		return nil, nil
+	}
+	g, err := parseGuard(w.guard)
+	if err != nil {
+		return nil, usageErrorf("%v", err)
+	}
+	return g, nil
+}
+
+func (a *app) cmdPut(ctx context.Context, cmd *command, args []string) error {
+	fs := a.flagSet(cmd.name)
+	var wf writeFlags
+	wf.register(fs)
+	ttl := fs.String("ttl", "", "")
+	pos, err := a.parse(cmd, fs, args, 3, 4)
+	if err != nil {
+		return err
+	}
+	req := wire.PutRequest{Namespace: pos[0], Key: pos[1], Schema: pos[2], ExpectedRevision: wf.expect.ptr()}
+	if req.Guard, err = wf.guardValue(); err != nil {
+		return err
+	}
+	if *ttl != "" {
+		ms, err := parseTTL(*ttl)
+		if err != nil {
+			return usageErrorf("%v", err)
+		}
+		if ms > 0 {
+			req.TTLMs = &ms
+		}
+	}
+	src := "-"
+	if len(pos) == 4 {
+		src = pos[3]
+	}
+	raw, err := a.readDocument(src)
+	if err != nil {
+		return err
+	}
+	if req.Document, err = wire.CompactDocument(raw); err != nil {
+		return err
+	}
+	cn, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	e, err := cn.c.Put(ctx, req)
+	if err != nil {
+		return err
+	}
+	if a.g.json {
+		return writeJSON(a.stdout, e)
+	}
+	return writeEntry(a.stdout, e, false)
+}
+
+// readDocument reads the document from a file, or stdin for "-".
+func (a *app) readDocument(src string) ([]byte, error) {
+	var r io.Reader = a.stdin
+	if src != "-" {
+		f, err := os.Open(src)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxDocumentInput+1))
+	if err != nil {
+		return nil, fmt.Errorf("read the document: %w", err)
+	}
+	if len(b) > maxDocumentInput {
+		return nil, fmt.Errorf("the document is over %d bytes", maxDocumentInput)
+	}
+	return b, nil
+}
+
+func (a *app) cmdDelete(ctx context.Context, cmd *command, args []string) error {
+	fs := a.flagSet(cmd.name)
+	var wf writeFlags
+	wf.register(fs)
+	pos, err := a.parse(cmd, fs, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	req := wire.DeleteRequest{Namespace: pos[0], Key: pos[1], ExpectedRevision: wf.expect.ptr()}
+	if req.Guard, err = wf.guardValue(); err != nil {
+		return err
+	}
+	cn, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	rev, err := cn.c.Delete(ctx, req)
+	if err != nil {
+		return err
+	}
+	if a.g.json {
+		// The delete's StateStoreResult (the client keeps its request_id to itself: 0 here).
+		return writeJSON(a.stdout, wire.Result{OK: true, Revision: &rev})
+	}
+	_, err = fmt.Fprintf(a.stdout, "deleted %s %s at revision %d\n", req.Namespace, req.Key, rev)
+	return err
+}
+
+func (a *app) cmdLs(ctx context.Context, cmd *command, args []string) error {
+	fs := a.flagSet(cmd.name)
+	limit := fs.Int64("limit", 0, "")
+	pos, err := a.parse(cmd, fs, args, 1, 2)
+	if err != nil {
+		return err
+	}
+	req := wire.ListRequest{Namespace: pos[0], Limit: *limit}
+	if len(pos) == 2 {
+		req.KeyPrefix = pos[1]
+	}
+	cn, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	// One StateStoreResult holding every page's entries and the last page's revision (request_id 0:
+	// there were several requests).
+	all := wire.Result{OK: true, Entries: []wire.Entry{}, Revision: new(uint64)}
+	for {
+		page, err := cn.c.List(ctx, req)
+		if err != nil {
+			return err
+		}
+		all.Entries = append(all.Entries, page.Entries...)
+		*all.Revision = page.Revision
+		if page.NextAfterKey == "" {
+			break
+		}
+		req.AfterKey = page.NextAfterKey
+	}
+	if a.g.json {
+		return writeJSON(a.stdout, all)
+	}
+	return writeEntryTable(a.stdout, all.Entries)
+}
+
+func (a *app) cmdInfo(ctx context.Context, cmd *command, args []string) error {
+	fs := a.flagSet(cmd.name)
+	if _, err := a.parse(cmd, fs, args, 0, 0); err != nil {
+		return err
+	}
+	cn, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	info, err := cn.c.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if a.g.json {
+		return writeJSON(a.stdout, info)
+	}
+	return writeInfo(a.stdout, info)
+}

@@ -1,0 +1,140 @@
+package main
+
+const usageMain = `statectl: the command line of the keeppeek state store (stated).
+
+Usage:
+  statectl [global flags] COMMAND [flags] [arguments]
+
+Commands:
+  get NS KEY                    print one entry and its document
+  put NS KEY SCHEMA [FILE|-]    write an entry; the document comes from FILE, or stdin for - or none
+  delete NS KEY                 delete an entry
+  ls NS [PREFIX]                list the entries of a namespace (every page)
+  watch NS [PREFIX]             print the snapshot, then every update, until Ctrl-C
+  info                          print the server's identity, epoch, features and bounds
+  backup FILE                   write an online backup of the whole store to FILE (admin)
+  audit verify                  check the audit log's hash chain (admin)
+  bench                         measure the server: CAS latency, writers, fanout, idle memory (admin)
+  help [COMMAND]                print this, or a command's usage (so does COMMAND --help)
+
+Global flags, before or after the command; each also from the environment:
+  --nats-url URL   NATS server ($STATECTL_NATS_URL; default nats://127.0.0.1:4222)
+  --user ID        the principal to act as ($STATECTL_USER; default dev)
+  --password PW    its password ($STATECTL_PASSWORD; none for the dev principal; prefer the variable)
+  --prefix P       subject prefix ($STATECTL_PREFIX; default kp)
+  --timeout D      how long a request may take ($STATECTL_TIMEOUT; default 5s)
+  --json           print the wire JSON instead of tables ($STATECTL_JSON=true)
+
+Errors are printed as "statectl: CODE: message", CODE being the SPEC error code when the server
+answered one (STATE_STORE_ERROR_CODE_CONFLICT, ...).
+Exit status: 0 done; 1 the server answered an error, or another failure; 2 bad usage;
+3 no connection (unreachable server, wrong credentials, no reply within --timeout).
+`
+
+const usageGet = `Usage: statectl get NS KEY
+
+Print the entry KEY of namespace NS: its fields, then its document pretty-printed. With --json, the
+entry as the server sent it (one JSON object). A missing or expired key is
+STATE_STORE_ERROR_CODE_NOT_FOUND (exit 1).
+`
+
+const usagePut = `Usage: statectl put NS KEY SCHEMA [FILE|-] [flags]
+
+Write the entry KEY of namespace NS with the registered schema SCHEMA. The document, one JSON object,
+is read from FILE, or from stdin when FILE is - or absent. Prints the entry as stored (revision, owner,
+expiry); with --json, the entry.
+
+Flags:
+  --expect-revision N   write only if the entry's revision is N (compare-and-set); 0: create only
+  --ttl D               a lease: the entry expires D after the write (a duration such as 30s, or
+                        milliseconds such as 30000; at least 1s)
+  --guard KEY=REV       write only if KEY of the same namespace is live at revision REV (fencing)
+`
+
+const usageDelete = `Usage: statectl delete NS KEY [flags]
+
+Delete the entry KEY of namespace NS and print the namespace revision of the delete. With --json, the
+StateStoreResult {"request_id":0,"ok":true,"revision":R}.
+
+Flags:
+  --expect-revision N   delete only if the entry's revision is N (N >= 1)
+  --guard KEY=REV       delete only if KEY of the same namespace is live at revision REV (fencing)
+`
+
+const usageLs = `Usage: statectl ls NS [PREFIX] [flags]
+
+List the live entries of namespace NS whose key starts with PREFIX, in key order: KEY, REVISION,
+SCHEMA, OWNER, EXPIRES, SIZE (document bytes). Every page is read (after_key). With --json, one
+StateStoreResult {"request_id":0,"ok":true,"entries":[...],"revision":R} holding every page's
+entries, R the namespace revision the last page reported.
+
+Flags:
+  --limit N   entries per page, 1 to 256 (default: the server's, 100)
+`
+
+const usageWatch = `Usage: statectl watch NS [PREFIX] [flags]
+
+Watch the entries of namespace NS whose key starts with PREFIX: print the snapshot, then every update
+(PUT, DELETE, EXPIRE) and close as it arrives, acknowledging each update once printed. On a sequence
+gap, a close, or a NATS reconnect it says so, watches again and prints the new snapshot. With --json,
+one JSON object per line: the snapshot (watch_id, namespace, key_prefix, snapshot_revision, entries),
+then the updates and closes as the server sent them; the notices go to stderr.
+
+Runs until Ctrl-C, until --count messages were printed, or for --timeout when that flag is given on
+the command line: the watch then ends at the deadline (exit 0, or exit 1 when --count messages had not
+come by then) and each request keeps the default 5s bound.
+
+Flags:
+  --count N   stop after N updates and closes (the snapshots do not count)
+`
+
+const usageInfo = `Usage: statectl info
+
+Print the server's id, version, epoch, features and bounds (any principal). With --json, the info
+object.
+`
+
+const usageBackup = `Usage: statectl backup FILE
+
+Take an online backup of the whole store (one read transaction on the server; admin principals only),
+download it in chunks, check its size and sha256, and write FILE atomically (a temporary file in the
+same directory, synced, then renamed). Restore it with "stated restore FILE" while stated is stopped.
+`
+
+const usageAudit = `Usage: statectl audit verify
+
+Walk the server's hash-chained audit log (admin principals only) and print the report, for example
+"OK: 12 records, hash chain intact (head seq 12, hash ab12...)". Exits 1 when the chain is broken.
+With --json, the report object.
+`
+
+const usageBench = `Usage: statectl bench [flags]
+
+Measure a running stated as admin principals (the defaults are the qualification workload):
+  1. serial CAS: --owners keys in NS, each rewritten --rounds times with expected_revision set to its
+     previous revision, one at a time: p50, p95, max latency;
+  2. --writers concurrent writers, one connection and key each, --rounds CAS each: ops/s, p50, p95;
+  3. fanout: --watches watches of one key over --connections connections, --rounds puts: the time
+     from the start of a put until the last watcher has it (every watcher acknowledges): p50, p95;
+  4. idle memory: --entries entries written, --idle waited, then stated's RSS from --metrics-url.
+Every document is the same 2,193-byte keeppeek.media-intent.v1. The keys live in --namespace
+(cas/, writers/, fanout/, rss/) and are deleted at the end unless --keep.
+
+The watches count against the server's max_watches and max_watches_per_principal (info shows them):
+spread them over several admin principals with --admins, or raise the bounds in stated's [bounds].
+The bench checks this first and says what does not fit.
+
+Flags:
+  --owners N          serial CAS keys (127)
+  --rounds N          CAS per owner and per writer, and fanout puts (30)
+  --writers N         concurrent writers (127)
+  --connections N     connections the fanout watches spread over (127)
+  --watches N         fanout watches (1024)
+  --entries N         entries written for the idle memory figure (1000)
+  --idle D            wait before reading the memory (2s)
+  --metrics-url URL   stated's metrics (http://127.0.0.1:9095/metrics); empty: memory not measured
+  --namespace NS      service/<id> or user/<id> (service/bench)
+  --admins LIST       admin principals to connect as, comma-separated ID:PASSWORD (or ID); connection
+                      i uses the (i mod n)-th (default: --user with --password)
+  --keep              leave the bench's keys in place
+`

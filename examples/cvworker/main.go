@@ -1,0 +1,57 @@
+// Command cvworker is the example computer-vision worker: for each model-profile intent in
+// service/<service>/intents/ it claims the intent's lease, subscribes to the ready variant and emits
+// validated (simulated) detections to its log. Its health is served over HTTP, separately.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/keeppeek/coordination/examples/internal"
+	"github.com/keeppeek/coordination/examples/internal/cv"
+)
+
+func main() {
+	conn := internal.ConnFlags("dev")
+	service := flag.String("service", "cv-a", "service id: the worker reads service/<id>")
+	workerID := flag.String("worker-id", fmt.Sprintf("cv-%d", os.Getpid()), "worker id")
+	health := flag.String("health-listen", "127.0.0.1:9096", "HTTP address of /healthz (empty: none)")
+	flag.Parse()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	nc, err := conn.Dial("cvworker")
+	if err != nil {
+		logger.Error("connect", "err", err)
+		os.Exit(1)
+	}
+	defer nc.Close()
+	w, err := cv.New(cv.Config{Conn: nc, Principal: *conn.User, WorkerID: *workerID, Service: *service, Logger: logger,
+		Events: func(kind, intent, detail string) {
+			if kind != "detection" { // detections are logged by the worker itself
+				logger.Info(kind, "intent", intent, "detail", detail)
+			}
+		}})
+	if err != nil {
+		logger.Error("cvworker", "err", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *health != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/healthz", w.Worker().HealthHandler())
+		srv := &http.Server{Addr: *health, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.ListenAndServe() }()
+		defer srv.Close()
+	}
+	if err := w.Run(ctx); err != nil {
+		logger.Error("cvworker", "err", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,42 @@
+// Package internal holds what the example commands share: connection flags.
+package internal
+
+import (
+	"flag"
+	"os"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/store/client"
+)
+
+// Conn is the connection flags of an example command.
+type Conn struct {
+	URL, User, Password *string
+}
+
+// ConnFlags registers --nats-url, --user and --password (defaults from NATS_URL, KP_USER,
+// KP_PASSWORD; the user defaults to defUser).
+func ConnFlags(defUser string) Conn {
+	return Conn{
+		URL:      flag.String("nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server"),
+		User:     flag.String("user", envOr("KP_USER", defUser), "principal"),
+		Password: flag.String("password", os.Getenv("KP_PASSWORD"), "password of the principal (none for the dev principal)"),
+	}
+}
+
+// Dial connects as the principal with the inbox prefix its permissions allow.
+func (c Conn) Dial(name string) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name(name)}
+	if *c.Password != "" {
+		opts = append(opts, nats.UserInfo(*c.User, *c.Password))
+	}
+	return client.Connect(*c.URL, *c.User, opts...)
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

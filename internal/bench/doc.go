@@ -1,0 +1,19 @@
+// Package bench measures a running stated over NATS, the way real clients reach it: through
+// store/client, as admin principals. Run drives four phases against one namespace (service/bench by
+// default) and returns a Report:
+//
+//  1. serial compare-and-set: Owners keys (cas/o-NNN, created first, unmeasured), each rewritten
+//     Rounds times with expected_revision set to its previous revision, one request at a time over
+//     one connection; p50, p95 and max latency;
+//  2. concurrent writers: Writers goroutines, each with its own connection and key (writers/w-NNN),
+//     Rounds compare-and-sets each, all at once; throughput, p50 and p95;
+//  3. fanout: Watches watches of one key (fanout/k) spread over Connections connections, Rounds puts;
+//     the time from the start of a put until the last watcher holds the update (every watcher
+//     acknowledges every update); p50 and p95;
+//  4. idle memory: Entries entries (rss/e-NNNN) written, Idle waited, then stated's resident set size
+//     read from process_resident_memory_bytes on its /metrics.
+//
+// Every document is the same schema-valid keeppeek.media-intent.v1 of exactly DocumentBytes compact
+// bytes (Document). The bench removes what it wrote unless Config.Keep is set. `statectl bench` and
+// BenchmarkStated (go test -bench) both run it; neither asserts anything about speed.
+package bench

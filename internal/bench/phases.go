@@ -1,0 +1,350 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keeppeek/coordination/store/client"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// roundTimeout bounds the wait for every watcher to hold one fanout update.
+const roundTimeout = 30 * time.Second
+
+// serial: Owners keys, Rounds compare-and-sets each, one at a time over one connection.
+func (r *runner) serial(ctx context.Context) (SerialResult, error) {
+	ks := keys(serialPrefix+"o-", r.cfg.Owners)
+	revs, err := r.seed(ctx, ks)
+	if err != nil {
+		return SerialResult{}, err
+	}
+	ops := r.cfg.Owners * r.cfg.Rounds
+	r.logf("serial CAS: %d ops (%d owners x %d rounds) over one connection", ops, r.cfg.Owners, r.cfg.Rounds)
+	c := r.conns[0]
+	lat := make([]time.Duration, 0, ops)
+	for range r.cfg.Rounds {
+		for o, key := range ks {
+			expected := revs[o]
+			start := time.Now()
+			e, err := c.Put(ctx, r.put(key, &expected))
+			d := time.Since(start)
+			if err != nil {
+				return SerialResult{}, fmt.Errorf("put %s at revision %d: %w", key, expected, err)
+			}
+			revs[o] = int64(e.Revision)
+			lat = append(lat, d)
+		}
+	}
+	s := summarize(lat)
+	return SerialResult{Ops: ops, Owners: r.cfg.Owners, Rounds: r.cfg.Rounds, P50US: s.p50, P95US: s.p95, MaxUS: s.max}, nil
+}
+
+// writers: Writers goroutines, each with its own connection and key, Rounds compare-and-sets each,
+// started together.
+func (r *runner) writers(ctx context.Context) (WritersResult, error) {
+	n := r.cfg.Writers
+	ks := keys(writerPrefix+"w-", n)
+	revs, err := r.seed(ctx, ks)
+	if err != nil {
+		return WritersResult{}, err
+	}
+	r.logf("concurrent writers: %d writers x %d CAS, one connection each", n, r.cfg.Rounds)
+	lats := make([][]time.Duration, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			c, rev := r.conns[i], revs[i]
+			lat := make([]time.Duration, 0, r.cfg.Rounds)
+			<-start
+			for range r.cfg.Rounds {
+				expected := rev
+				t0 := time.Now()
+				e, err := c.Put(ctx, r.put(ks[i], &expected))
+				d := time.Since(t0)
+				if err != nil {
+					errs[i] = fmt.Errorf("writer %d: put %s at revision %d: %w", i, ks[i], expected, err)
+					return
+				}
+				rev = int64(e.Revision)
+				lat = append(lat, d)
+			}
+			lats[i] = lat
+		})
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	elapsed := time.Since(t0)
+	if err := errors.Join(errs...); err != nil {
+		return WritersResult{}, err
+	}
+	all := slices.Concat(lats...)
+	s := summarize(all)
+	return WritersResult{Writers: n, Ops: len(all), Seconds: elapsed.Seconds(),
+		OpsPerSec: float64(len(all)) / elapsed.Seconds(), P50US: s.p50, P95US: s.p95}, nil
+}
+
+// arrival is one watcher's receipt of one update.
+type arrival struct {
+	watcher int
+	rev     uint64
+	at      time.Time
+	err     error
+}
+
+// fanout: Watches watches of one key over Connections connections; each round one put, timed until
+// the last watcher holds it (and has acknowledged it, before the next round starts).
+func (r *runner) fanout(ctx context.Context) (res FanoutResult, err error) {
+	zero := int64(0)
+	e, err := r.conns[0].Put(ctx, r.put(fanoutKey, &zero))
+	if err != nil {
+		return res, fmt.Errorf("create %s: %w", fanoutKey, err)
+	}
+	rev := e.Revision
+	n, nconn := r.cfg.Watches, r.cfg.Connections
+	r.logf("fanout: opening %d watches over %d connections", n, nconn)
+	run := randomHex(4)
+	watches := make([]*client.Watch, n)
+	done := make(chan struct{}) // closed when the rounds end: watchers stop reporting
+	var wg sync.WaitGroup       // the watchers
+	defer func() {
+		close(done)
+		// Stop every watch that opened, in parallel per connection, even when ctx ended; that closes
+		// the watchers' Messages, so they return.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		serr := parallel(nconn, nconn, func(_, ci int) error {
+			var errs []error
+			for j := ci; j < n; j += nconn {
+				if watches[j] != nil {
+					errs = append(errs, watches[j].Stop(sctx))
+				}
+			}
+			return errors.Join(errs...)
+		})
+		if serr != nil && err == nil {
+			err = fmt.Errorf("stop watches: %w", serr)
+		}
+		wg.Wait()
+	}()
+	err = parallel(nconn, nconn, func(_, ci int) error {
+		for j := ci; j < n; j += nconn {
+			w, err := r.conns[ci].Watch(ctx, wire.WatchRequest{WatchID: fmt.Sprintf("bench-%s-%04d", run, j),
+				Namespace: r.cfg.Namespace, KeyPrefix: fanoutPrefix})
+			if err != nil {
+				return fmt.Errorf("watch %d as %s: %w", j, r.conns[ci].Principal(), err)
+			}
+			watches[j] = w
+			if s := w.Snapshot(); len(s.Entries) != 1 || s.Entries[0].Revision != rev {
+				return fmt.Errorf("watch %d: snapshot of %d entries at %d, want %s at revision %d", j, len(s.Entries), s.SnapshotRevision, fanoutKey, rev)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+
+	results := make(chan arrival, n)
+	for j, w := range watches {
+		wg.Go(func() { follow(ctx, j, w, results, done) })
+	}
+
+	r.logf("fanout: %d rounds", r.cfg.Rounds)
+	lat := make([]time.Duration, 0, r.cfg.Rounds)
+	for round := range r.cfg.Rounds {
+		expected := int64(rev)
+		t0 := time.Now()
+		e, err := r.conns[0].Put(ctx, r.put(fanoutKey, &expected))
+		if err != nil {
+			return res, fmt.Errorf("round %d: put: %w", round+1, err)
+		}
+		rev = e.Revision
+		var last time.Time
+		timer := time.NewTimer(roundTimeout)
+		for got := 0; got < n; got++ {
+			select {
+			case a := <-results:
+				if a.err != nil {
+					timer.Stop()
+					return res, fmt.Errorf("round %d: watcher %d: %w", round+1, a.watcher, a.err)
+				}
+				if a.rev != rev {
+					timer.Stop()
+					return res, fmt.Errorf("round %d: watcher %d got revision %d, want %d", round+1, a.watcher, a.rev, rev)
+				}
+				if a.at.After(last) {
+					last = a.at
+				}
+			case <-timer.C:
+				return res, fmt.Errorf("round %d: %d of %d watchers got the update within %v", round+1, got, n, roundTimeout)
+			case <-ctx.Done():
+				timer.Stop()
+				return res, ctx.Err()
+			}
+		}
+		timer.Stop()
+		lat = append(lat, last.Sub(t0))
+	}
+	s := summarize(lat)
+	principals := map[string]bool{}
+	for _, c := range r.conns[:nconn] {
+		principals[c.Principal()] = true
+	}
+	return FanoutResult{Watches: n, Connections: nconn, Principals: len(principals), Rounds: r.cfg.Rounds, P50US: s.p50, P95US: s.p95}, nil
+}
+
+// follow is one fanout watcher: it takes each update in sequence, acknowledges it and reports when it
+// got it. A gap, a close or a bad message is reported as an error and ends it.
+func follow(ctx context.Context, j int, w *client.Watch, results chan<- arrival, done <-chan struct{}) {
+	send := func(a arrival) bool {
+		a.watcher = j
+		select {
+		case results <- a:
+			return true
+		case <-done:
+			return false
+		}
+	}
+	var seq uint64
+	for m := range w.Messages() {
+		at := time.Now()
+		switch {
+		case m.Kind == wire.UpdateClosed:
+			send(arrival{err: fmt.Errorf("watch %s closed: %s: %s", w.ID(), m.Reason, m.Message)})
+			return
+		case m.WatchSequence != seq+1:
+			send(arrival{err: fmt.Errorf("watch %s: sequence %d after %d", w.ID(), m.WatchSequence, seq)})
+			return
+		}
+		seq = m.WatchSequence
+		if err := w.Ack(ctx, seq); err != nil {
+			send(arrival{err: fmt.Errorf("watch %s: ack %d: %w", w.ID(), seq, err)})
+			return
+		}
+		if !send(arrival{rev: m.Revision, at: at}) {
+			return
+		}
+	}
+	if err := w.Err(); err != nil {
+		send(arrival{err: fmt.Errorf("watch %s: %w", w.ID(), err)})
+	}
+}
+
+// idle: Entries entries written, Idle waited, stated's resident set size read from its metrics.
+func (r *runner) idle(ctx context.Context) (IdleResult, error) {
+	if !r.cfg.Keep {
+		r.logf("idle memory: removing the keys of the earlier phases")
+		if err := r.deleteUnder(ctx, serialPrefix, writerPrefix, fanoutPrefix); err != nil {
+			return IdleResult{}, err
+		}
+	}
+	r.logf("idle memory: writing %d entries", r.cfg.Entries)
+	ks := keys(idlePrefix+"e-", r.cfg.Entries)
+	err := parallel(len(ks), len(r.conns), func(w, i int) error {
+		if _, err := r.conns[w].Put(ctx, r.put(ks[i], nil)); err != nil {
+			return fmt.Errorf("put %s: %w", ks[i], err)
+		}
+		return nil
+	})
+	if err != nil {
+		return IdleResult{}, err
+	}
+	res := IdleResult{Entries: r.cfg.Entries}
+	if r.cfg.Keep {
+		res.BenchEntries = r.cfg.Entries + r.cfg.Owners + r.cfg.Writers + 1
+	} else {
+		res.BenchEntries = r.cfg.Entries
+	}
+	if r.cfg.MetricsURL == "" {
+		r.logf("idle memory: no metrics URL, not measured")
+		return res, nil
+	}
+	r.logf("idle memory: waiting %v", r.cfg.Idle)
+	if err := sleep(ctx, r.cfg.Idle); err != nil {
+		return res, err
+	}
+	b, err := residentBytes(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout)
+	if err != nil {
+		return res, err
+	}
+	res.Measured, res.RSSBytes, res.RSSMiB = true, int64(b), b/(1<<20)
+	return res, nil
+}
+
+// residentBytes reads process_resident_memory_bytes from a Prometheus text endpoint.
+func residentBytes(ctx context.Context, url string, timeout time.Duration) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := (&http.Client{Timeout: timeout}).Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("read metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("read metrics: %s answers %s", url, resp.Status)
+	}
+	const name = "process_resident_memory_bytes"
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 2 && f[0] == name {
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				return 0, fmt.Errorf("read metrics: %s %q: %w", name, f[1], err)
+			}
+			return v, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("read metrics: %w", err)
+	}
+	return 0, fmt.Errorf("read metrics: %s has no %s (is it stated's /metrics?)", url, name)
+}
+
+// parallel runs fn(worker, i) for every i in [0, n) on min(workers, n) goroutines; worker is the
+// goroutine's index, so it can pick a connection. After the first error no new i starts; that error
+// is returned.
+func parallel(n, workers int, fn func(worker, i int) error) error {
+	var (
+		next   atomic.Int64
+		failed atomic.Bool
+		mu     sync.Mutex
+		first  error
+		wg     sync.WaitGroup
+	)
+	for w := range min(workers, n) {
+		wg.Go(func() {
+			for !failed.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := fn(w, i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					failed.Store(true)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}

@@ -1,0 +1,139 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is what Run measured. Latencies are in microseconds.
+type Report struct {
+	Namespace     string        `json:"namespace"`
+	Schema        string        `json:"schema"`
+	DocumentBytes int           `json:"document_bytes"`
+	Principals    int           `json:"principals"`
+	ServerVersion string        `json:"server_version"`
+	SerialCAS     SerialResult  `json:"serial_cas"`
+	Writers       WritersResult `json:"writers"`
+	Fanout        FanoutResult  `json:"fanout"`
+	Idle          IdleResult    `json:"idle"`
+}
+
+// SerialResult is the serial compare-and-set phase.
+type SerialResult struct {
+	Ops    int     `json:"ops"`
+	Owners int     `json:"owners"`
+	Rounds int     `json:"rounds"`
+	P50US  float64 `json:"p50_us"`
+	P95US  float64 `json:"p95_us"`
+	MaxUS  float64 `json:"max_us"`
+}
+
+// WritersResult is the concurrent writers phase.
+type WritersResult struct {
+	Writers   int     `json:"writers"`
+	Ops       int     `json:"ops"`
+	Seconds   float64 `json:"seconds"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	P50US     float64 `json:"p50_us"`
+	P95US     float64 `json:"p95_us"`
+}
+
+// FanoutResult is the fanout phase: the time from the start of a put until the last of Watches
+// watchers held the update.
+type FanoutResult struct {
+	Watches     int     `json:"watches"`
+	Connections int     `json:"connections"`
+	Principals  int     `json:"principals"`
+	Rounds      int     `json:"rounds"`
+	P50US       float64 `json:"p50_us"`
+	P95US       float64 `json:"p95_us"`
+}
+
+// IdleResult is stated's resident set size, idle, with Entries entries written (BenchEntries of
+// the bench's entries in the namespace, more than Entries with Config.Keep). Measured is false when
+// no metrics URL was given.
+type IdleResult struct {
+	Entries      int     `json:"entries"`
+	BenchEntries int     `json:"bench_entries"`
+	Measured     bool    `json:"measured"`
+	RSSBytes     int64   `json:"rss_bytes,omitempty"`
+	RSSMiB       float64 `json:"rss_mib,omitempty"`
+}
+
+// Figure is one reported number. Name is the go test -bench metric unit: serial-cas-p50-us,
+// writers-127-ops/s, fanout-1024-p95-us, rss-idle-MiB, ... (the counts are the run's).
+type Figure struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	// Measured is false for a figure that was not measured (rss-idle-MiB without a metrics URL).
+	Measured bool `json:"measured"`
+}
+
+// Figures lists the report's numbers in a fixed order.
+func (r *Report) Figures() []Figure {
+	w, f := r.Writers.Writers, r.Fanout.Watches
+	return []Figure{
+		{"serial-cas-p50-us", r.SerialCAS.P50US, true},
+		{"serial-cas-p95-us", r.SerialCAS.P95US, true},
+		{"serial-cas-max-us", r.SerialCAS.MaxUS, true},
+		{fmt.Sprintf("writers-%d-ops/s", w), r.Writers.OpsPerSec, true},
+		{fmt.Sprintf("writers-%d-p50-us", w), r.Writers.P50US, true},
+		{fmt.Sprintf("writers-%d-p95-us", w), r.Writers.P95US, true},
+		{fmt.Sprintf("fanout-%d-p50-us", f), r.Fanout.P50US, true},
+		{fmt.Sprintf("fanout-%d-p95-us", f), r.Fanout.P95US, true},
+		{"rss-idle-MiB", r.Idle.RSSMiB, r.Idle.Measured},
+	}
+}
+
+// WriteTable prints the report for people: what ran, then one figure per line.
+func (r *Report) WriteTable(out io.Writer) error {
+	s, w, f, i := r.SerialCAS, r.Writers, r.Fanout, r.Idle
+	notes := map[int]string{
+		0: fmt.Sprintf("%d ops: %d owners x %d rounds, one connection, keys cas/o-*", s.Ops, s.Owners, s.Rounds),
+		3: fmt.Sprintf("%d ops: %d writers x %d CAS, one connection each, %.2f s", w.Ops, w.Writers, w.Ops/max(w.Writers, 1), w.Seconds),
+		6: fmt.Sprintf("%d watches over %d connections (%d principal(s)), %d puts; until the last watcher has it", f.Watches, f.Connections, f.Principals, f.Rounds),
+		8: fmt.Sprintf("%d entries written (%d bench entries in the namespace), then idle", i.Entries, i.BenchEntries),
+	}
+	fmt.Fprintf(out, "stated %s, namespace %s, %d-byte %s documents\n\n", r.ServerVersion, r.Namespace, r.DocumentBytes, r.Schema)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FIGURE\tVALUE\tWORKLOAD")
+	for k, fig := range r.Figures() {
+		v := "not measured (no --metrics-url)"
+		if fig.Measured {
+			v = formatValue(fig.Value)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", fig.Name, v, notes[k])
+	}
+	return tw.Flush()
+}
+
+func formatValue(v float64) string {
+	if v >= 100 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+// stats are latency percentiles in microseconds.
+type stats struct{ p50, p95, max float64 }
+
+func summarize(lat []time.Duration) stats {
+	if len(lat) == 0 {
+		return stats{}
+	}
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	return stats{p50: micros(percentile(s, 0.50)), p95: micros(percentile(s, 0.95)), max: micros(s[len(s)-1])}
+}
+
+// percentile is the nearest-rank percentile of sorted.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
