@@ -25,6 +25,7 @@ var (
 	buildOnce sync.Once
 	buildDir  string
 	buildErr  error
+	buildMu   sync.Mutex // one build at a time: parallel tests may ask for the same binary
 )
 
 // Binary builds cmd/<name> of this module once per test process and returns its path. Call
@@ -37,6 +38,8 @@ func Binary(t testing.TB, name string) string {
 	if buildErr != nil {
 		t.Fatalf("e2e: %v", buildErr)
 	}
+	buildMu.Lock()
+	defer buildMu.Unlock()
 	out := filepath.Join(buildDir, name)
 	if _, err := os.Stat(out); err == nil {
 		return out
