@@ -276,6 +276,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	logger.Info("stated ready", "nats", url, "http", "http://"+ln.Addr().String(), "data", cfg.DatabasePath(),
 		"principals", len(cfg.PolicyPrincipals()), "epoch", st.Info().Epoch, "version", Version())
 
+	go trimWhenIdle(ctx, srv)
 	for {
 		select {
 		case <-hup:
@@ -327,6 +328,31 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, internalPass
 	}
 	cfg.Principals = next.Principals
 	logger.Info("SIGHUP: principals reloaded", "principals", len(next.PolicyPrincipals()))
+}
+
+// trimWhenIdle returns freed heap to the operating system once the server has been idle for a while
+// after a burst of work: the Go runtime gives memory back only gradually, and an idle daemon should not
+// keep the resident size of its busiest moment.
+func trimWhenIdle(ctx context.Context, srv *server.Server) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	last, trimmed := srv.Activity(), true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := srv.Activity()
+		switch {
+		case now != last:
+			trimmed = false
+		case !trimmed:
+			debug.FreeOSMemory()
+			trimmed = true
+		}
+		last = now
+	}
 }
 
 func randomPassword() string {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -56,6 +57,7 @@ type Server struct {
 	inflight sync.RWMutex
 	stopped  bool
 	backups  backups
+	activity atomic.Uint64 // requests and heartbeats handled
 	ctx      context.Context
 	cancel   context.CancelFunc
 	stopOnce sync.Once
@@ -112,6 +114,10 @@ func (s *Server) SetPrincipals(ps []policy.Principal) error {
 	s.st.ReloadPrincipals(s.Principal)
 	return nil
 }
+
+// Activity counts the requests and heartbeats the server has handled; a process can tell from it that
+// the server has gone idle.
+func (s *Server) Activity() uint64 { return s.activity.Load() }
 
 // Principal returns the configured principal with id.
 func (s *Server) Principal(id string) (policy.Principal, bool) {
@@ -203,6 +209,7 @@ func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 
 func (s *Server) serve(op wire.Op, req micro.Request) {
 	start := time.Now()
+	s.activity.Add(1)
 	s.inflight.RLock()
 	defer s.inflight.RUnlock()
 	var id int64
