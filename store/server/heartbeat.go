@@ -22,7 +22,6 @@ var serverPrincipal = policy.Principal{ID: "stated", Admin: true}
 // Heartbeats are handled one at a time, in arrival order, so a worker's read-compare-write never races
 // its own next heartbeat.
 func (s *Server) onHeartbeat(msg *nats.Msg) {
-	s.activity.Add(1)
 	s.inflight.RLock()
 	defer s.inflight.RUnlock()
 	if s.stopped {

@@ -57,7 +57,7 @@ type Server struct {
 	inflight sync.RWMutex
 	stopped  bool
 	backups  backups
-	activity atomic.Uint64 // requests and heartbeats handled
+	activity atomic.Uint64 // requests handled
 	ctx      context.Context
 	cancel   context.CancelFunc
 	stopOnce sync.Once
@@ -115,8 +115,8 @@ func (s *Server) SetPrincipals(ps []policy.Principal) error {
 	return nil
 }
 
-// Activity counts the requests and heartbeats the server has handled; a process can tell from it that
-// the server has gone idle.
+// Activity counts the requests the server has handled; a process can tell from it that the server has
+// gone idle (heartbeats do not count: a fleet heartbeats forever).
 func (s *Server) Activity() uint64 { return s.activity.Load() }
 
 // Principal returns the configured principal with id.
