@@ -334,7 +334,7 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, internalPass
 // after a burst of work: the Go runtime gives memory back only gradually, and an idle daemon should not
 // keep the resident size of its busiest moment.
 func trimWhenIdle(ctx context.Context, srv *server.Server) {
-	t := time.NewTicker(2 * time.Second)
+	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	last, trimmed := srv.Activity(), true
 	for {
