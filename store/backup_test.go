@@ -256,14 +256,14 @@ func TestRestoreRejectsInvalid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A backup cut short just before its freelist page: the pages it references lie past its end.
+	// A backup cut short by its last page in use: pages its tree may reference lie past its end.
 	truncated := filepath.Join(t.TempDir(), "truncated.db")
 	writeBytes(t, truncated, good.Bytes())
-	pageSize, freelist, _ := boltMeta(t, truncated)
-	if freelist*pageSize >= uint64(good.Len()) {
-		t.Fatalf("backup layout: freelist page %d is not inside the %d-byte backup", freelist, good.Len())
+	pageSize, _, pgid := boltMeta(t, truncated)
+	if (pgid-1)*pageSize >= uint64(good.Len()) {
+		t.Fatalf("backup layout: high-water page %d is not inside the %d-byte backup", pgid, good.Len())
 	}
-	truncatedBytes := good.Bytes()[:freelist*pageSize]
+	truncatedBytes := good.Bytes()[:(pgid-1)*pageSize]
 	garbage := make([]byte, 64<<10)
 	_, _ = rand.Read(garbage)
 

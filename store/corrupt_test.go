@@ -332,18 +332,23 @@ func boltMeta(t *testing.T, path string) (pageSize, freelist, pgid uint64) {
 	return pageSize, le(best + 48), le(best + 56)
 }
 
-// TestCorruptTruncatedNoFatalFault truncates a database just before its freelist page, so the pages it
-// references lie past the end of the file but inside the memory map bbolt makes (a power of two):
+// TestCorruptTruncatedNoFatalFault truncates a database below its high-water page, so pages its tree
+// may reference lie past the end of the file but inside the memory map bbolt makes (a power of two):
 // reading them is a SIGBUS, which no recover catches. Open must notice the short file and answer
 // with an unavailable store, in a process that keeps running. The open runs in a child process, with
 // no fault protection, so a crash fails this test and not the whole test binary.
 func TestCorruptTruncatedNoFatalFault(t *testing.T) {
 	path := corruptFixture(t)
-	pageSize, freelist, pgid := boltMeta(t, path)
-	size := int64(freelist * pageSize)
-	if freelist < 8 || freelist >= pgid || size&(size-1) == 0 {
-		t.Fatalf("fixture layout changed: freelist page %d, high water %d; the cut must not fall on a power of two", freelist, pgid)
+	pageSize, _, pgid := boltMeta(t, path)
+	cut := pgid - 1 // the last page in use is gone
+	for size := cut * pageSize; size&(size-1) == 0; size = cut * pageSize {
+		cut-- // the cut must not fall on a power of two (the end of bbolt's map)
 	}
+	size := int64(cut * pageSize)
+	if cut < 8 {
+		t.Fatalf("fixture layout changed: high water %d", pgid)
+	}
+	freelist := cut
 	if err := os.Truncate(path, size); err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +359,7 @@ func TestCorruptTruncatedNoFatalFault(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	if err != nil {
-		t.Fatalf("opening a database truncated to %d bytes (freelist page %d past the end) killed the process: %v\n%s",
+		t.Fatalf("opening a database truncated to %d bytes (page %d onwards missing) killed the process: %v\n%s",
 			size, freelist, err, firstLines(stderr.String(), 16))
 	}
 	out := strings.TrimSpace(stdout.String())
