@@ -63,13 +63,23 @@ func TestParseResultConflictCarriesCurrentRevision(t *testing.T) {
 	}
 }
 
+// TestRepliesTolerateNewFields: a newer server may add fields to replies and updates; the client
+// ignores them (requests are what the server decodes strictly).
+func TestRepliesTolerateNewFields(t *testing.T) {
+	if _, err := parseResult(wire.OpGet, 7, []byte(`{"request_id":7,"ok":true,"surprise":1}`)); err != nil {
+		t.Fatalf("reply with a new field: %v", err)
+	}
+	if _, err := decodeWatchMessage("w", []byte(`{"watch_id":"w","watch_sequence":1,"revision":5,"kind":"DELETE","key":"a","x":1}`)); err != nil {
+		t.Fatalf("update with a new field: %v", err)
+	}
+}
+
 func TestParseResultProtocolErrors(t *testing.T) {
 	for name, body := range map[string]string{
 		"not JSON":                 `nope`,
 		"request_id not echoed":    `{"request_id":8,"ok":true}`,
 		"request_id 0 on an error": `{"request_id":0,"ok":false,"error":{"code":"STATE_STORE_ERROR_CODE_INVALID_ARGUMENT","message":"m"}}`,
 		"not ok, no error":         `{"request_id":7,"ok":false}`,
-		"unknown field":            `{"request_id":7,"ok":true,"surprise":1}`,
 		"trailing data":            `{"request_id":7,"ok":true} {}`,
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -137,7 +147,6 @@ func TestDecodeWatchMessage(t *testing.T) {
 		"not JSON":         `{`,
 		"other watch":      `{"watch_id":"x","watch_sequence":1,"revision":5,"kind":"DELETE","key":"a"}`,
 		"unknown kind":     `{"watch_id":"w","watch_sequence":1,"revision":5,"kind":"MOVE","key":"a"}`,
-		"unknown field":    `{"watch_id":"w","watch_sequence":1,"revision":5,"kind":"DELETE","key":"a","x":1}`,
 		"put no entry":     `{"watch_id":"w","watch_sequence":1,"revision":5,"kind":"PUT","key":"a"}`,
 		"delete entry":     `{"watch_id":"w","watch_sequence":1,"revision":5,"kind":"DELETE","key":"a","entry":{"namespace":"user/alice","key":"a","schema":"s","owner":"alice","revision":5,"created_at_ms":1,"updated_at_ms":1,"document":{}}}`,
 		"no sequence":      `{"watch_id":"w","revision":5,"kind":"DELETE","key":"a"}`,

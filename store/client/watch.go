@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -81,11 +82,11 @@ func (c *Client) watchRequest(ctx context.Context, req wire.WatchRequest) (*wire
 	return ws, nil
 }
 
-// decodeWatchMessage strictly decodes one message of watchID's delivery subject and checks that it is
-// a well-formed update or close of that watch.
+// decodeWatchMessage decodes one message of watchID's delivery subject (tolerating fields a newer
+// server may add) and checks that it is a well-formed update or close of that watch.
 func decodeWatchMessage(watchID string, data []byte) (wire.WatchMessage, error) {
 	var m wire.WatchMessage
-	if err := wire.Decode(data, &m); err != nil {
+	if err := json.Unmarshal(data, &m); err != nil {
 		return m, fmt.Errorf("watch message does not decode: %v", err)
 	}
 	if m.WatchID != watchID {

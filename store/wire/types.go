@@ -264,31 +264,104 @@ func checkFieldNames(obj []byte, t reflect.Type) error {
 		}
 		fieldNameCache.Store(t, names)
 	}
-	var fields map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	if _, err := dec.Token(); err != nil { // '{'
-		return Errorf(CodeInvalidArgument, "malformed request: %v", err)
+	seen := make(map[string]bool, 8)
+	pos := skipSpace(obj, 1) // after '{'
+	if pos < len(obj) && obj[pos] == '}' {
+		return nil
 	}
-	fields = map[string]json.RawMessage{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return Errorf(CodeInvalidArgument, "malformed request: %v", err)
+	for {
+		if pos >= len(obj) || obj[pos] != '"' {
+			return Errorf(CodeInvalidArgument, "malformed request: property name expected")
 		}
-		name, _ := tok.(string)
+		end := pos + 1
+		for end < len(obj) && obj[end] != '"' && obj[end] != '\\' {
+			end++
+		}
+		if end >= len(obj) || obj[end] != '"' {
+			// An escaped or unterminated name is never one of ours.
+			return Errorf(CodeInvalidArgument, "unknown field %.64q", obj[pos:min(end+1, len(obj))])
+		}
+		name := string(obj[pos+1 : end])
 		if !names[name] {
 			return Errorf(CodeInvalidArgument, "unknown field %q", name)
 		}
-		if _, dup := fields[name]; dup {
+		if seen[name] {
 			return Errorf(CodeInvalidArgument, "duplicate field %q", name)
 		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return Errorf(CodeInvalidArgument, "malformed request: %v", err)
+		seen[name] = true
+		pos = skipSpace(obj, end+1)
+		if pos >= len(obj) || obj[pos] != ':' {
+			return Errorf(CodeInvalidArgument, "malformed request: ':' expected")
 		}
-		fields[name] = raw
+		var err error
+		if pos, err = skipValue(obj, skipSpace(obj, pos+1)); err != nil {
+			return err
+		}
+		pos = skipSpace(obj, pos)
+		if pos >= len(obj) {
+			return Errorf(CodeInvalidArgument, "malformed request: unexpected end")
+		}
+		switch obj[pos] {
+		case ',':
+			pos = skipSpace(obj, pos+1)
+		case '}':
+			return nil
+		default:
+			return Errorf(CodeInvalidArgument, "malformed request: ',' or '}' expected")
+		}
 	}
-	return nil
+}
+
+func skipSpace(b []byte, pos int) int {
+	for pos < len(b) && (b[pos] == ' ' || b[pos] == '\t' || b[pos] == '\r' || b[pos] == '\n') {
+		pos++
+	}
+	return pos
+}
+
+// skipValue returns the position after the JSON value at pos. It finds the value's end (strings,
+// nesting) without validating its grammar: the strict decode that follows does that.
+func skipValue(b []byte, pos int) (int, error) {
+	depth := 0
+	for pos < len(b) {
+		switch c := b[pos]; c {
+		case '"':
+			pos++
+			for pos < len(b) && b[pos] != '"' {
+				if b[pos] == '\\' {
+					pos++
+				}
+				pos++
+			}
+			if pos >= len(b) {
+				return pos, Errorf(CodeInvalidArgument, "malformed request: unterminated string")
+			}
+			pos++
+		case '{', '[':
+			depth++
+			pos++
+		case '}', ']':
+			if depth == 0 {
+				return pos, nil
+			}
+			depth--
+			pos++
+		case ',':
+			if depth == 0 {
+				return pos, nil
+			}
+			pos++
+		default:
+			pos++
+		}
+		if depth == 0 && pos < len(b) {
+			// a scalar or a closed container at the top: stop at the next delimiter
+			if c := b[pos]; c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\r' || c == '\n' {
+				return pos, nil
+			}
+		}
+	}
+	return pos, Errorf(CodeInvalidArgument, "malformed request: unexpected end")
 }
 
 // RequestIDOf extracts request_id from a request that may be invalid, for the error reply; 0 when the
