@@ -32,6 +32,13 @@ var (
 // Cleanup from TestMain to remove the build directory.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
+	return Build(t, "./cmd/"+name, name)
+}
+
+// Build builds the package at pkg (a path relative to the module root, "./examples/demo") once per
+// test process as name and returns the binary's path.
+func Build(t testing.TB, pkg, name string) string {
+	t.Helper()
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "keeppeek-e2e-")
 	})
@@ -46,7 +53,7 @@ func Binary(t testing.TB, name string) string {
 	}
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/"+name)
+	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("e2e: build %s: %v\n%s", name, err, b)

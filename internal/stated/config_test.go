@@ -1,0 +1,106 @@
+package stated
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "stated.toml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadConfig(t *testing.T) {
+	p := writeConfig(t, `
+data_dir = "/var/lib/kp"
+subject_prefix = "acme"
+
+[[principals]]
+id = "coordinator"
+admin = true
+password = "pw"
+
+[[principals]]
+id = "media"
+media = true
+nkey = "UABC"
+
+[bounds]
+max_pending_updates = 8
+ack_deadline_ms = 1000
+
+[state_store.settings."service/mqtt-bridge"]
+revision = 2
+`)
+	c, err := LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.BoundsValue()
+	if err != nil || b.MaxPendingUpdates != 8 || b.AckDeadlineMs != 1000 || b.MaxWatches != 1024 {
+		t.Fatalf("bounds %+v %v", b, err)
+	}
+	if c.DatabasePath() != "/var/lib/kp/state-store.db" || c.NATS.Listen != DefaultNATSListen || c.HTTPListen != DefaultHTTPListen {
+		t.Fatalf("config %+v", c)
+	}
+	ps := c.PolicyPrincipals()
+	if len(ps) != 2 || !ps[0].Admin || ps[1].Admin {
+		t.Fatalf("principals %+v", ps)
+	}
+	out := PermissionsConfig(c)
+	for _, want := range []string{`"acme.state.v1.coordinator.>"`, `"acme.admin.v1.coordinator.>"`, `"_INBOX.media.>"`,
+		`nkey: "UABC"`, `"acme.media.v1.*.>"`, `allow_responses`} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("permissions lack %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(strings.Split(out, "media")[0], "allow_responses") {
+		t.Fatalf("a non-media principal may answer requests:\n%s", out)
+	}
+}
+
+func TestDefaultConfigHasTheDevPrincipal(t *testing.T) {
+	c := DefaultConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ps := c.PolicyPrincipals()
+	if len(ps) != 1 || ps[0].ID != DevPrincipal || !ps[0].Admin {
+		t.Fatalf("principals %+v", ps)
+	}
+}
+
+func TestLoadConfigRejects(t *testing.T) {
+	for name, body := range map[string]string{
+		"unknown key":        "datadir = \"x\"\n",
+		"unknown bound":      "[bounds]\nmax_everything = 3\n",
+		"zero bound":         "[bounds]\nmax_watches = 0\n",
+		"bad principal":      "[[principals]]\nid = \"Bad\"\npassword = \"x\"\n",
+		"no credential":      "[[principals]]\nid = \"a\"\n",
+		"two credentials":    "[[principals]]\nid = \"a\"\npassword = \"x\"\nnkey = \"UA\"\n",
+		"duplicate":          "[[principals]]\nid = \"a\"\npassword = \"x\"\n[[principals]]\nid = \"a\"\npassword = \"y\"\n",
+		"listen and url":     "[nats]\nlisten = \"127.0.0.1:1\"\nurl = \"nats://x:4222\"\n",
+		"bad prefix":         "subject_prefix = \"kp.*\"\n",
+		"settings on system": "[state_store.settings.\"system\"]\n",
+		"not TOML":           "data_dir = \n",
+	} {
+		if _, err := LoadConfig(writeConfig(t, body)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	// An external server alone is fine: listen is dropped.
+	c, err := LoadConfig(writeConfig(t, "[nats]\nurl = \"nats://127.0.0.1:4222\"\n"))
+	if err != nil || c.NATS.Listen != "" {
+		t.Fatalf("external NATS: %+v %v", c, err)
+	}
+}
