@@ -894,6 +894,19 @@ func failover(t *testing.T, e *env) {
 	ctx := bounded(t)
 	key := intentKey(source, variant)
 	leaseKey := transcode.LeaseKey(reconciler.MediaIntent{SourceID: source, MediaKind: coordinator.MediaKindVideo, VariantID: variant})
+	// A viewer watches the output: it must follow the publication to its new publisher.
+	vconn := connect(t, e.stated, "viewer-1")
+	vev := newRecorder[viewEvent]()
+	viewer, err := view.New(view.Config{Conn: vconn, Principal: "viewer-1", WorkerID: "viewer-fo", Logger: discard,
+		Events: func(kind, intent, detail string) { vev.add(viewEvent{kind, intent, detail}) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, vconn, viewer.Run)
+	viewKey, err := viewer.Want(ctx, source, coordinator.MediaKindVideo, variant)
+	if err != nil {
+		t.Fatal(err)
+	}
 	res := runFailover(t, e, service, source, variant, ttl, 0, "tx-1", "tx-2")
 	t.Logf("killed %s; %s claimed after %v, publication started after %v", res.killed, res.standby,
 		res.claimedAfter.Round(time.Millisecond), res.startedAfter.Round(time.Millisecond))
@@ -907,6 +920,21 @@ func failover(t *testing.T, e *env) {
 		}
 	}
 	t.Logf("standby's publication READY %v after the kill", ready.At.Sub(res.killedAt).Round(time.Millisecond))
+
+	// The takeover ended the viewer's subscription; the viewer subscribes again to the same variant.
+	first, at := vev.waitFor(t, 0, "the viewer's first subscription", func(v viewEvent) bool { return v.Kind == "viewer subscribed" && v.Intent == viewKey })
+	vev.waitFor(t, at+1, "the viewer re-subscribing after the takeover", func(v viewEvent) bool { return v.Kind == "viewer subscribed" && v.Intent == viewKey })
+	subID, ok := viewer.Subscription(viewKey)
+	if !ok || strings.Contains(first.V.Detail, subID) {
+		t.Fatalf("viewer subscription after failover %q (%v); the first was %q", subID, ok, first.V.Detail)
+	}
+	live := false
+	for _, sub := range e.sim.Subscriptions() {
+		live = live || (sub.ID == subID && sub.Principal == "viewer-1" && sub.VariantID == variant)
+	}
+	if !live {
+		t.Fatalf("the viewer's subscription %s is not live on the media server: %+v", subID, e.sim.Subscriptions())
+	}
 
 	// The publication continues under the standby: same principal, a new publication id, READY.
 	st, _ := status(t, e.admin, ns, statusKeyOf(key))

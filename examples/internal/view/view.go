@@ -40,8 +40,9 @@ type Viewer struct {
 	cmds    *capabilities.Commands
 	ctrl    *reconciler.Controller
 
-	mu   sync.Mutex
-	subs map[string]subscription // intent key -> current subscription
+	mu         sync.Mutex
+	subs       map[string]subscription // intent key -> current subscription
+	lastStatus map[string]string       // intent key -> the last status written, to skip rewrites
 }
 
 type subscription struct{ id, sessionID, variantID string }
@@ -65,7 +66,7 @@ func New(cfg Config) (*Viewer, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &Viewer{cfg: cfg, ns: "user/" + cfg.Principal, w: w, cmds: cmds, subs: map[string]subscription{},
+	v := &Viewer{cfg: cfg, ns: "user/" + cfg.Principal, w: w, cmds: cmds, subs: map[string]subscription{}, lastStatus: map[string]string{},
 		tracker: capabilities.NewTracker(cfg.Conn, capabilities.TrackerOptions{Logger: cfg.Logger})}
 	changed, _ := v.tracker.Subscribe()
 	v.ctrl, err = reconciler.New(w.Client(), v, reconciler.Options{Namespace: v.ns, KeyPrefix: "intents/",
@@ -130,15 +131,28 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		status.State, status.Message = reconciler.StatePending, "waiting for source "+in.SourceID
 		return reconciler.Result{}, v.status(ctx, req.Key, status)
 	}
-	if subscribed && cur.sessionID == src.SessionID {
-		return reconciler.Result{}, nil
-	}
 	stream, ok := src.StreamByKind(in.MediaKind)
 	if in.StreamID != "" {
 		stream, ok = src.Stream(in.StreamID)
 	}
 	variant, vok := stream.Variant(in.VariantID)
-	if !ok || !vok || variant.State != capabilities.StateReady {
+	live := ok && vok && variant.State == capabilities.StateReady
+	if subscribed && cur.sessionID == src.SessionID && live {
+		return reconciler.Result{}, nil
+	}
+	if subscribed {
+		// The session changed, or the variant went away or back to PENDING (a new publisher took it
+		// over): the media server has ended this subscription. Forget it and subscribe again when
+		// the variant is READY.
+		if err := v.cmds.Unsubscribe(ctx, cur.id); err != nil && !errors.Is(err, capabilities.ErrSubscriptionNotFound) {
+			v.cfg.Logger.Warn("unsubscribe", "intent", req.Key, "err", err)
+		}
+		v.mu.Lock()
+		delete(v.subs, req.Key)
+		v.mu.Unlock()
+		v.cfg.Events("subscription ended", req.Key, cur.id)
+	}
+	if !live {
 		// The intent is only a wish: nothing is sent until the capability says the variant exists.
 		status.State, status.Message = reconciler.StatePending, "waiting for "+in.VariantID+" to be READY"
 		return reconciler.Result{}, v.status(ctx, req.Key, status)
@@ -159,7 +173,19 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 }
 
 func (v *Viewer) status(ctx context.Context, intentKey string, st reconciler.ObservedStatus) error {
+	sig := string(st.State) + "|" + st.SubscriptionID + "|" + st.Message
+	v.mu.Lock()
+	same := v.lastStatus[intentKey] == sig
+	v.mu.Unlock()
+	if same {
+		return nil
+	}
 	_, err := v.w.Client().Put(ctx, wire.PutRequest{Namespace: v.ns, Key: "status/" + strings.TrimPrefix(intentKey, "intents/"),
 		Schema: reconciler.ObservedStatusSchema, Document: st.Document()})
+	if err == nil {
+		v.mu.Lock()
+		v.lastStatus[intentKey] = sig
+		v.mu.Unlock()
+	}
 	return err
 }
