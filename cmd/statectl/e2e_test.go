@@ -18,27 +18,13 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-	"go.uber.org/goleak"
 
 	"github.com/keeppeek/coordination/internal/bench"
 	"github.com/keeppeek/coordination/internal/e2e"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
-func TestMain(m *testing.M) {
-	code := 0
-	func() {
-		defer e2e.Cleanup()
-		code = m.Run()
-	}()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2e.Main(m) }
 
 // timeout bounds every wait of the tests; a statectl run is killed after it.
 const timeout = 60 * time.Second

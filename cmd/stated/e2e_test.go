@@ -12,26 +12,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"go.uber.org/goleak"
 
 	"github.com/keeppeek/coordination/internal/e2e"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
-func TestMain(m *testing.M) {
-	code := 0
-	func() {
-		defer e2e.Cleanup()
-		code = m.Run()
-	}()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2e.Main(m) }
 
 const timeout = 10 * time.Second
 

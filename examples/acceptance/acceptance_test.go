@@ -13,14 +13,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/keeppeek/coordination/capabilities"
 	"github.com/keeppeek/coordination/coordinator"
@@ -32,20 +29,7 @@ import (
 	"github.com/keeppeek/coordination/store/wire"
 )
 
-func TestMain(m *testing.M) {
-	code := 0
-	func() {
-		defer e2e.Cleanup()
-		code = m.Run()
-	}()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2e.Main(m) }
 
 // TestAcceptance runs every scenario against one stated and one simulator. Each scenario uses its own
 // namespaces, sources and variants, so they do not interfere.

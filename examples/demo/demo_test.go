@@ -3,27 +3,15 @@ package main_test
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/keeppeek/coordination/internal/e2e"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	e2e.Cleanup()
-	if err := goleak.Find(); code == 0 && err != nil {
-		fmt.Fprintln(os.Stderr, "goleak:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2e.Main(m) }
 
 // TestDemoRunsToTheEnd runs the README's first command as a newcomer would and checks that it tells
 // the whole story and exits 0.

@@ -3,32 +3,16 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/keeppeek/coordination/internal/e2e"
 	"github.com/keeppeek/coordination/store/schema"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
-func TestMain(m *testing.M) {
-	code := 0
-	func() {
-		defer e2e.Cleanup()
-		code = m.Run()
-	}()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2e.Main(m) }
 
 // The bench document is exactly DocumentBytes compact bytes, and the store's schema registry and
 // content guard accept it where the bench writes it.

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 var (
@@ -258,4 +260,18 @@ func (s *Stated) wait() int {
 		return ee.ExitCode()
 	}
 	return -1
+}
+
+// Main is the TestMain of a package that uses Binary or Build: it runs the tests, removes the built
+// binaries, checks for leaked goroutines (goleak) when the tests passed, and exits.
+func Main(m *testing.M) {
+	code := m.Run()
+	Cleanup()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
