@@ -89,6 +89,7 @@ type Stated struct {
 	NATSPort   int
 	HTTPPort   int
 	bin        string
+	natsURL    string // external NATS server, "" for the embedded one
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -110,6 +111,8 @@ type Config struct {
 	Principals []Principal
 	// Extra is appended verbatim to the configuration file (for [bounds] or settings sections).
 	Extra string
+	// NATSURL, when set, makes stated use this external NATS server instead of an embedded one.
+	NATSURL string
 }
 
 // NewStated prepares a stated in a fresh directory with free ports; Start runs it.
@@ -126,7 +129,12 @@ func NewStated(t testing.TB, c Config) *Stated {
 // WriteConfig rewrites the configuration file (then Reload applies the principals).
 func (s *Stated) WriteConfig(c Config) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "data_dir = %q\nhttp_listen = \"127.0.0.1:%d\"\n\n[nats]\nlisten = \"127.0.0.1:%d\"\n\n", filepath.Join(s.Dir, "data"), s.HTTPPort, s.NATSPort)
+	s.natsURL = c.NATSURL
+	nats := fmt.Sprintf("listen = \"127.0.0.1:%d\"", s.NATSPort)
+	if c.NATSURL != "" {
+		nats = fmt.Sprintf("url = %q", c.NATSURL)
+	}
+	fmt.Fprintf(&b, "data_dir = %q\nhttp_listen = \"127.0.0.1:%d\"\n\n[nats]\n%s\n\n", filepath.Join(s.Dir, "data"), s.HTTPPort, nats)
 	for _, p := range c.Principals {
 		fmt.Fprintf(&b, "[[principals]]\nid = %q\nadmin = %v\npassword = %q\nmedia = %v\n\n", p.ID, p.Admin, p.Password, p.Media)
 	}
@@ -137,7 +145,12 @@ func (s *Stated) WriteConfig(c Config) {
 }
 
 // URL is the NATS URL.
-func (s *Stated) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.NATSPort) }
+func (s *Stated) URL() string {
+	if s.natsURL != "" {
+		return s.natsURL
+	}
+	return fmt.Sprintf("nats://127.0.0.1:%d", s.NATSPort)
+}
 
 // HTTP is the base URL of the HTTP endpoints.
 func (s *Stated) HTTP() string { return fmt.Sprintf("http://127.0.0.1:%d", s.HTTPPort) }
