@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"math"
 	"time"
 
 	"github.com/keeppeek/coordination/store/wire"
@@ -38,8 +39,10 @@ type mutResult struct {
 
 var errClosed = wire.Errorf(wire.CodeUnavailable, "state store is closed")
 
-// submit queues m for the committer and waits for its answer. A context that ends first returns its
-// error; the mutation may still commit (as with any request whose reply was lost).
+// submit queues m and waits for its answer. If no commit is running, the caller commits the queued
+// mutations itself (leader-based group commit: a lone writer pays no goroutine hand-off); otherwise the
+// running leader or the committer goroutine takes them into its next batch. A context that ends first
+// returns its error; the mutation may still commit (as with any request whose reply was lost).
 func (s *Store) submit(ctx interface {
 	Done() <-chan struct{}
 	Err() error
@@ -50,11 +53,19 @@ func (s *Store) submit(ctx interface {
 		s.submitMu.RUnlock()
 		return mutResult{err: errClosed}
 	}
-	select {
-	case s.queue <- m:
-	case <-ctx.Done():
-		s.submitMu.RUnlock()
-		return mutResult{err: ctx.Err()}
+	s.qmu.Lock()
+	s.pending = append(s.pending, m)
+	s.qmu.Unlock()
+	if s.commitMu.TryLock() {
+		if batch := s.take(); len(batch) > 0 {
+			_ = s.runBatch(batch)
+		}
+		s.commitMu.Unlock()
+		if s.needsCommitter() {
+			s.poke()
+		}
+	} else {
+		s.poke() // the leader may be finishing: the committer goroutine makes sure m is not left behind
 	}
 	s.submitMu.RUnlock()
 	select {
@@ -65,53 +76,85 @@ func (s *Store) submit(ctx interface {
 	}
 }
 
-// committer is the one goroutine that writes: it takes every queued mutation, commits them together
-// and expires leases when their deadline comes.
+// take removes up to MaxBatch queued mutations, oldest first.
+func (s *Store) take() []*mutation {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	n := min(len(s.pending), s.opts.MaxBatch)
+	if n == 0 {
+		return nil
+	}
+	batch := make([]*mutation, n)
+	copy(batch, s.pending)
+	rest := copy(s.pending, s.pending[n:])
+	clear(s.pending[rest:])
+	s.pending = s.pending[:rest]
+	return batch
+}
+
+// needsCommitter reports whether mutations are still queued, or a lease deadline now comes before the
+// one the committer goroutine's timer is set for.
+func (s *Store) needsCommitter() bool {
+	s.qmu.Lock()
+	queued := len(s.pending) > 0
+	s.qmu.Unlock()
+	if queued {
+		return true
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	d, ok := s.deadlines.peek()
+	return ok && d.atMs < s.armedAtMs
+}
+
+func (s *Store) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// committer is the goroutine that commits what no caller is committing: mutations queued while a
+// leader was busy, and lease expiries when their deadline comes. Every commit, whoever runs it, holds
+// commitMu, so commits are serial and revision order is commit order.
 func (s *Store) committer() {
 	defer s.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	batch := make([]*mutation, 0, s.opts.MaxBatch)
 	for {
-		timer.Reset(s.nextExpiry())
+		timer.Reset(s.arm())
+		stopping := false
 		select {
-		case m := <-s.queue:
-			batch = s.drain(append(batch[:0], m))
-			_ = s.runBatch(batch)
+		case <-s.wake:
 		case <-timer.C:
-			_ = s.runBatch(nil)
 		case <-s.stop:
-			// Finish what was queued before Close; intake is already shut.
-			for {
-				batch = s.drain(batch[:0])
-				if len(batch) == 0 {
-					return
-				}
-				_ = s.runBatch(batch)
+			stopping = true // finish what was queued before Close; intake is already shut
+		}
+		s.commitMu.Lock()
+		for {
+			batch := s.take()
+			_ = s.runBatch(batch) // an empty batch still expires what is due
+			if len(batch) < s.opts.MaxBatch {
+				break
 			}
 		}
-	}
-}
-
-// drain appends queued mutations to batch without waiting, up to MaxBatch.
-func (s *Store) drain(batch []*mutation) []*mutation {
-	for len(batch) < s.opts.MaxBatch {
-		select {
-		case m := <-s.queue:
-			batch = append(batch, m)
-		default:
-			return batch
+		s.commitMu.Unlock()
+		if stopping {
+			return
 		}
 	}
-	return batch
 }
 
-// nextExpiry is how long until the earliest lease deadline (an hour when there is none).
-func (s *Store) nextExpiry() time.Duration {
+// arm records and returns how long until the earliest lease deadline (an hour when there is none).
+func (s *Store) arm() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	d, ok := s.deadlines.peek()
 	if !ok {
+		s.armedAtMs = math.MaxInt64
 		return time.Hour
 	}
+	s.armedAtMs = d.atMs
 	wait := s.untilMs(d.atMs)
 	if wait < 0 {
 		return 0

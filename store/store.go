@@ -31,7 +31,8 @@ type Store struct {
 	dbBytes        int64 // database-backed namespaces only (the persisted counter)
 	liveNamespaces int64 // namespaces holding at least one entry
 	deadlines      deadlineHeap
-	expiring       bool // due leases popped from deadlines and not yet applied
+	expiring       bool  // due leases popped from deadlines and not yet applied
+	armedAtMs      int64 // the deadline the committer goroutine's timer is set for
 	audit          auditHead
 
 	watches registry
@@ -39,7 +40,11 @@ type Store struct {
 	// submit guards intake: Close takes it exclusively to stop new mutations.
 	submitMu sync.RWMutex
 	closing  bool
-	queue    chan *mutation
+	// commitMu is held by whoever commits (a leading caller or the committer goroutine); the memory
+	// state is written only under it, so a committer may read memory without mu.
+	commitMu sync.Mutex
+	qmu      sync.Mutex
+	pending  []*mutation
 	wake     chan struct{}
 	stop     chan struct{}
 	done     chan struct{}
@@ -64,7 +69,6 @@ func Open(path string, opts Options) (*Store, error) {
 		opts:    opts,
 		schemas: reg,
 		spaces:  map[string]*space{},
-		queue:   make(chan *mutation, 4096),
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
