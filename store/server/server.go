@@ -3,10 +3,11 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +58,7 @@ type Server struct {
 	inflight sync.RWMutex
 	stopped  bool
 	backups  backups
+	lanes    lanes
 	activity atomic.Uint64 // requests handled
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -172,6 +174,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		if s.hbSub != nil {
 			err = errors.Join(err, s.hbSub.Unsubscribe())
 		}
+		s.lanes.stop()
 		done := make(chan struct{})
 		go func() {
 			s.inflight.Lock()
@@ -194,17 +197,75 @@ func (s *Server) Stop(ctx context.Context) error {
 	return err
 }
 
-// handler returns the micro handler of op. Mutations and watches run on their own goroutine so that
-// concurrent writers share group commits; reads, acks and unwatches are answered inline, in order.
+// handler returns the micro handler of op. Every request but acks and unwatches runs on its own
+// goroutine, so concurrent writers share group commits and readers use every core. Acks and unwatches
+// keep their arrival order per principal: each principal's go to one of a few ordered lanes.
 func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 	return func(req micro.Request) {
 		switch op {
-		case wire.OpPut, wire.OpDelete, wire.OpWatch:
-			go s.serve(op, req)
+		case wire.OpAck, wire.OpUnwatch:
+			s.lanes.run(req.Subject(), func() { s.serve(op, req) })
 		default:
-			s.serve(op, req)
+			go s.serve(op, req)
 		}
 	}
+}
+
+// lanes run functions in order per key (a principal's subject) and in parallel across keys.
+type lanes struct {
+	once   sync.Once
+	mu     sync.RWMutex // run holds it shared while it hands a function over; stop exclusively
+	closed bool
+	chs    []chan func()
+	wg     sync.WaitGroup
+}
+
+const laneCount = 8
+
+func (l *lanes) run(subject string, fn func()) {
+	l.once.Do(func() {
+		l.chs = make([]chan func(), laneCount)
+		for i := range l.chs {
+			ch := make(chan func(), 256)
+			l.chs[i] = ch
+			l.wg.Add(1)
+			go func() {
+				defer l.wg.Done()
+				for f := range ch {
+					f()
+				}
+			}()
+		}
+	})
+	// The principal is the fourth token: <prefix...>.state.v1.<principal>.<op>; hashing the subject
+	// without its last token keeps one principal on one lane.
+	key := subject
+	if i := strings.LastIndexByte(key, '.'); i > 0 {
+		key = key[:i]
+	}
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		go fn() // a request that raced the stop: it is answered UNAVAILABLE
+		return
+	}
+	l.chs[h.Sum32()%laneCount] <- fn
+}
+
+// stop ends the lanes after the functions already queued.
+func (l *lanes) stop() {
+	l.once.Do(func() {})
+	l.mu.Lock()
+	if !l.closed {
+		l.closed = true
+		for _, ch := range l.chs {
+			close(ch)
+		}
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
 }
 
 func (s *Server) serve(op wire.Op, req micro.Request) {
@@ -222,10 +283,7 @@ func (s *Server) serve(op wire.Op, req micro.Request) {
 		id, res, after = s.dispatch(op, req)
 	}
 	res.RequestID = id
-	body, err := json.Marshal(res)
-	if err != nil {
-		body, _ = json.Marshal(wire.ErrorResult(id, wire.Errorf(wire.CodeStorage, "encode reply: %v", err)))
-	}
+	body := wire.AppendResult(make([]byte, 0, 512), &res) // entries are encoded without re-validating their documents
 	respErr := req.Respond(body)
 	if after != nil {
 		after(respErr)

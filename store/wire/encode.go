@@ -1,12 +1,14 @@
 package wire
 
 import (
+	"encoding/json"
 	"strconv"
 	"unicode/utf8"
 )
 
 // AppendEntry appends e's JSON encoding, as json.Marshal gives it field for field, without
-// re-validating the document: Document must already be compact JSON (the store keeps it so). The
+// re-validating the document: Document must already be compact JSON (the store keeps it so), and is
+// copied as stored (json.Marshal would also HTML-escape <, > and & inside it: the same JSON value). The
 // store encodes each committed entry once with it, for the database, the watch updates and the
 // snapshot bounds.
 func AppendEntry(b []byte, e *Entry) []byte {
@@ -95,4 +97,90 @@ func AppendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// AppendResult appends r's JSON encoding, as json.Marshal gives it, encoding entries with AppendEntry
+// (their documents must already be compact JSON, as the store keeps them).
+func AppendResult(b []byte, r *Result) []byte {
+	b = append(b, `{"request_id":`...)
+	b = strconv.AppendInt(b, r.RequestID, 10)
+	b = append(b, `,"ok":`...)
+	b = strconv.AppendBool(b, r.OK)
+	if r.Error != nil {
+		b = append(b, `,"error":`...)
+		b = appendMarshal(b, r.Error)
+	}
+	if r.Entry != nil {
+		b = append(b, `,"entry":`...)
+		b = AppendEntry(b, r.Entry)
+	}
+	if r.Revision != nil {
+		b = append(b, `,"revision":`...)
+		b = strconv.AppendUint(b, *r.Revision, 10)
+	}
+	if r.Entries != nil {
+		b = append(b, `,"entries":`...)
+		b = appendEntries(b, r.Entries)
+	}
+	if r.NextAfterKey != "" {
+		b = append(b, `,"next_after_key":`...)
+		b = AppendString(b, r.NextAfterKey)
+	}
+	if w := r.Watch; w != nil {
+		b = append(b, `,"watch":{"watch_id":`...)
+		b = AppendString(b, w.WatchID)
+		b = append(b, `,"namespace":`...)
+		b = AppendString(b, w.Namespace)
+		b = append(b, `,"key_prefix":`...)
+		b = AppendString(b, w.KeyPrefix)
+		b = append(b, `,"snapshot_revision":`...)
+		b = strconv.AppendUint(b, w.SnapshotRevision, 10)
+		b = append(b, `,"entries":`...)
+		b = appendEntries(b, w.Entries)
+		b = append(b, '}')
+	}
+	if r.WatchID != "" {
+		b = append(b, `,"watch_id":`...)
+		b = AppendString(b, r.WatchID)
+	}
+	if r.AppliedSequence != nil {
+		b = append(b, `,"applied_sequence":`...)
+		b = strconv.AppendUint(b, *r.AppliedSequence, 10)
+	}
+	for _, f := range []struct{ name, v string }{{"server_id", r.ServerID}, {"version", r.Version}, {"epoch", r.Epoch}} {
+		if f.v != "" {
+			b = append(b, `,"`...)
+			b = append(b, f.name...)
+			b = append(b, `":`...)
+			b = AppendString(b, f.v)
+		}
+	}
+	if r.Features != nil {
+		b = append(b, `,"features":`...)
+		b = appendMarshal(b, r.Features)
+	}
+	if r.Bounds != nil {
+		b = append(b, `,"bounds":`...)
+		b = appendMarshal(b, r.Bounds)
+	}
+	return append(b, '}')
+}
+
+func appendEntries(b []byte, es []Entry) []byte {
+	if es == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i := range es {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = AppendEntry(b, &es[i])
+	}
+	return append(b, ']')
+}
+
+func appendMarshal(b []byte, v any) []byte {
+	j, _ := json.Marshal(v) // error objects, string lists and bounds always encode
+	return append(b, j...)
 }
