@@ -377,7 +377,8 @@ func RequestIDOf(data []byte) int64 {
 }
 
 // CompactDocument checks that raw is one JSON object and returns its compact encoding, whose length is
-// the document's size.
+// the document's size. It always returns a new slice: the store keeps it, whatever the caller does
+// with raw afterwards.
 func CompactDocument(raw json.RawMessage) ([]byte, error) {
 	trimmed := bytes.Trim(raw, " \t\r\n") // JSON whitespace only
 	if len(trimmed) == 0 || string(trimmed) == "null" {
@@ -385,6 +386,10 @@ func CompactDocument(raw json.RawMessage) ([]byte, error) {
 	}
 	if trimmed[0] != '{' {
 		return nil, Errorf(CodeInvalidArgument, "document must be a JSON object")
+	}
+	valid, compact := scanJSON(trimmed)
+	if valid && compact {
+		return bytes.Clone(trimmed), nil
 	}
 	var buf bytes.Buffer
 	buf.Grow(len(trimmed))

@@ -1,0 +1,196 @@
+package wire
+
+import "unicode/utf8"
+
+// scanJSON validates that b is exactly one JSON value (RFC 8259 grammar, like json.Valid) without
+// allocating, and reports whether it is already compact: no whitespace outside strings.
+func scanJSON(b []byte) (valid, compact bool) {
+	s := scanner{b: b, compact: true}
+	s.space()
+	if !s.value(0) {
+		return false, false
+	}
+	s.space()
+	return s.pos == len(b), s.compact
+}
+
+type scanner struct {
+	b       []byte
+	pos     int
+	compact bool
+}
+
+// maxScanDepth bounds nesting, as encoding/json bounds its own.
+const maxScanDepth = 10000
+
+func (s *scanner) space() {
+	for s.pos < len(s.b) {
+		switch s.b[s.pos] {
+		case ' ', '\t', '\r', '\n':
+			s.pos++
+			s.compact = false
+		default:
+			return
+		}
+	}
+}
+
+func (s *scanner) value(depth int) bool {
+	if s.pos >= len(s.b) || depth > maxScanDepth {
+		return false
+	}
+	switch c := s.b[s.pos]; {
+	case c == '{':
+		s.pos++
+		s.space()
+		if s.pos < len(s.b) && s.b[s.pos] == '}' {
+			s.pos++
+			return true
+		}
+		for {
+			s.space()
+			if s.pos >= len(s.b) || s.b[s.pos] != '"' || !s.str() {
+				return false
+			}
+			s.space()
+			if s.pos >= len(s.b) || s.b[s.pos] != ':' {
+				return false
+			}
+			s.pos++
+			s.space()
+			if !s.value(depth + 1) {
+				return false
+			}
+			s.space()
+			if s.pos >= len(s.b) {
+				return false
+			}
+			if s.b[s.pos] == '}' {
+				s.pos++
+				return true
+			}
+			if s.b[s.pos] != ',' {
+				return false
+			}
+			s.pos++
+		}
+	case c == '[':
+		s.pos++
+		s.space()
+		if s.pos < len(s.b) && s.b[s.pos] == ']' {
+			s.pos++
+			return true
+		}
+		for {
+			s.space()
+			if !s.value(depth + 1) {
+				return false
+			}
+			s.space()
+			if s.pos >= len(s.b) {
+				return false
+			}
+			if s.b[s.pos] == ']' {
+				s.pos++
+				return true
+			}
+			if s.b[s.pos] != ',' {
+				return false
+			}
+			s.pos++
+		}
+	case c == '"':
+		return s.str()
+	case c == 't':
+		return s.lit("true")
+	case c == 'f':
+		return s.lit("false")
+	case c == 'n':
+		return s.lit("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return s.num()
+	}
+	return false
+}
+
+func (s *scanner) lit(w string) bool {
+	if len(s.b)-s.pos < len(w) || string(s.b[s.pos:s.pos+len(w)]) != w {
+		return false
+	}
+	s.pos += len(w)
+	return true
+}
+
+func isHex(c byte) bool { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') }
+
+// str validates a string: escapes as JSON allows them, no control characters. Invalid UTF-8 is
+// accepted, as json.Valid accepts it.
+func (s *scanner) str() bool {
+	s.pos++ // opening quote
+	for s.pos < len(s.b) {
+		c := s.b[s.pos]
+		switch {
+		case c == '"':
+			s.pos++
+			return true
+		case c == '\\':
+			if s.pos+1 >= len(s.b) {
+				return false
+			}
+			switch s.b[s.pos+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				s.pos += 2
+			case 'u':
+				if s.pos+6 > len(s.b) || !isHex(s.b[s.pos+2]) || !isHex(s.b[s.pos+3]) || !isHex(s.b[s.pos+4]) || !isHex(s.b[s.pos+5]) {
+					return false
+				}
+				s.pos += 6
+			default:
+				return false
+			}
+		case c < 0x20:
+			return false
+		case c < utf8.RuneSelf:
+			s.pos++
+		default:
+			s.pos++
+		}
+	}
+	return false
+}
+
+func (s *scanner) digits() int {
+	n := 0
+	for s.pos < len(s.b) && s.b[s.pos] >= '0' && s.b[s.pos] <= '9' {
+		s.pos++
+		n++
+	}
+	return n
+}
+
+func (s *scanner) num() bool {
+	if s.b[s.pos] == '-' {
+		s.pos++
+	}
+	if s.pos < len(s.b) && s.b[s.pos] == '0' {
+		s.pos++
+	} else if s.digits() == 0 {
+		return false
+	}
+	if s.pos < len(s.b) && s.b[s.pos] == '.' {
+		s.pos++
+		if s.digits() == 0 {
+			return false
+		}
+	}
+	if s.pos < len(s.b) && (s.b[s.pos] == 'e' || s.b[s.pos] == 'E') {
+		s.pos++
+		if s.pos < len(s.b) && (s.b[s.pos] == '+' || s.b[s.pos] == '-') {
+			s.pos++
+		}
+		if s.digits() == 0 {
+			return false
+		}
+	}
+	return true
+}
