@@ -121,7 +121,9 @@ func (s *scanner) lit(w string) bool {
 	return true
 }
 
-func isHex(c byte) bool { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') }
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
 
 // str validates a string: escapes as JSON allows them, no control characters. Invalid UTF-8 is
 // accepted, as json.Valid accepts it.
