@@ -1,7 +1,5 @@
 package wire
 
-import "unicode/utf8"
-
 // scanJSON validates that b is exactly one JSON value (RFC 8259 grammar, like json.Valid) without
 // allocating, and reports whether it is already compact: no whitespace outside strings.
 func scanJSON(b []byte) (valid, compact bool) {
@@ -152,8 +150,6 @@ func (s *scanner) str() bool {
 			}
 		case c < 0x20:
 			return false
-		case c < utf8.RuneSelf:
-			s.pos++
 		default:
 			s.pos++
 		}
