@@ -102,7 +102,8 @@ type Stated struct {
 type Principal struct {
 	ID       string
 	Admin    bool
-	Password string
+	Password string // plain text or a bcrypt hash
+	Nkey     string // a user public key instead of a password
 	Media    bool
 }
 
@@ -136,7 +137,11 @@ func (s *Stated) WriteConfig(c Config) {
 	}
 	fmt.Fprintf(&b, "data_dir = %q\nhttp_listen = \"127.0.0.1:%d\"\n\n[nats]\n%s\n\n", filepath.Join(s.Dir, "data"), s.HTTPPort, nats)
 	for _, p := range c.Principals {
-		fmt.Fprintf(&b, "[[principals]]\nid = %q\nadmin = %v\npassword = %q\nmedia = %v\n\n", p.ID, p.Admin, p.Password, p.Media)
+		cred := fmt.Sprintf("password = %q", p.Password)
+		if p.Nkey != "" {
+			cred = fmt.Sprintf("nkey = %q", p.Nkey)
+		}
+		fmt.Fprintf(&b, "[[principals]]\nid = %q\nadmin = %v\n%s\nmedia = %v\n\n", p.ID, p.Admin, cred, p.Media)
 	}
 	b.WriteString(c.Extra)
 	if err := os.WriteFile(s.ConfigPath, []byte(b.String()), 0o600); err != nil {
