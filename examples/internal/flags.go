@@ -2,6 +2,8 @@
 package internal
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"flag"
 	"os"
 
@@ -39,4 +41,16 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// WatchID names a worker's watch after its worker id, so a restarted worker with the same id takes
+// over the watch its predecessor left behind instead of leaving it to hold a watch slot. Ids longer
+// than a watch id allows are shortened with a hash.
+func WatchID(kind, workerID string) string {
+	id := kind + "-" + workerID
+	if len(id) <= 64 {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return id[:47] + "-" + hex.EncodeToString(sum[:8])
 }

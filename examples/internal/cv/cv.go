@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/keeppeek/coordination/capabilities"
+	"github.com/keeppeek/coordination/examples/internal"
 	"github.com/keeppeek/coordination/lease"
 	"github.com/keeppeek/coordination/reconciler"
 	"github.com/keeppeek/coordination/worker"
@@ -108,7 +109,7 @@ func New(cfg Config) (*Worker, error) {
 	c := &Worker{cfg: cfg, ns: "service/" + cfg.Service, w: w, cmds: cmds, active: map[string]*job{},
 		tracker: capabilities.NewTracker(cfg.Conn, capabilities.TrackerOptions{Logger: cfg.Logger})}
 	changed, _ := c.tracker.Subscribe()
-	c.ctrl, err = reconciler.New(w.Client(), c, reconciler.Options{Namespace: c.ns, KeyPrefix: "intents/",
+	c.ctrl, err = reconciler.New(w.Client(), c, reconciler.Options{Namespace: c.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
 		Triggers: []<-chan struct{}{changed}, ResyncEvery: 2 * time.Second, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err

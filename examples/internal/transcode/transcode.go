@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/keeppeek/coordination/capabilities"
+	"github.com/keeppeek/coordination/examples/internal"
 	"github.com/keeppeek/coordination/lease"
 	"github.com/keeppeek/coordination/reconciler"
 	"github.com/keeppeek/coordination/store/client"
@@ -99,7 +100,7 @@ func New(cfg Config) (*Transcoder, error) {
 		tracker:    capabilities.NewTracker(cfg.Conn, capabilities.TrackerOptions{Logger: cfg.Logger}),
 		leaseFired: make(chan struct{}, 1), held: map[string]*binding{}, lastStatus: map[string]string{}}
 	capsChanged, _ := t.tracker.Subscribe()
-	t.ctrl, err = reconciler.New(w.Client(), t, reconciler.Options{Namespace: t.ns, KeyPrefix: "intents/",
+	t.ctrl, err = reconciler.New(w.Client(), t, reconciler.Options{Namespace: t.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
 		Triggers: []<-chan struct{}{capsChanged, t.leaseFired}, ResyncEvery: 10 * time.Second, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
@@ -148,7 +149,7 @@ func (lw *leaseWatch) Start(ctx context.Context) error {
 		default:
 		}
 	}
-	c, err := lw.t.w.Client().NewCache(ctx, client.CacheOptions{Namespace: lw.t.ns, KeyPrefix: "leases/", Handlers: client.Handlers{
+	c, err := lw.t.w.Client().NewCache(ctx, client.CacheOptions{Namespace: lw.t.ns, KeyPrefix: "leases/", WatchID: internal.WatchID("leases", lw.t.cfg.WorkerID), Handlers: client.Handlers{
 		OnDelete: func(string, uint64) { fire() },
 		OnExpire: func(string, uint64) { fire() },
 	}})

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/keeppeek/coordination/capabilities"
+	"github.com/keeppeek/coordination/examples/internal"
 	"github.com/keeppeek/coordination/reconciler"
 	"github.com/keeppeek/coordination/store/wire"
 	"github.com/keeppeek/coordination/worker"
@@ -69,7 +70,7 @@ func New(cfg Config) (*Viewer, error) {
 	v := &Viewer{cfg: cfg, ns: "user/" + cfg.Principal, w: w, cmds: cmds, subs: map[string]subscription{}, lastStatus: map[string]string{},
 		tracker: capabilities.NewTracker(cfg.Conn, capabilities.TrackerOptions{Logger: cfg.Logger})}
 	changed, _ := v.tracker.Subscribe()
-	v.ctrl, err = reconciler.New(w.Client(), v, reconciler.Options{Namespace: v.ns, KeyPrefix: "intents/",
+	v.ctrl, err = reconciler.New(w.Client(), v, reconciler.Options{Namespace: v.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
 		Triggers: []<-chan struct{}{changed}, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
