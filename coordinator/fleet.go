@@ -45,8 +45,8 @@ type Worker struct {
 
 // workerOf decodes a worker entry.
 func workerOf(e *wire.Entry) (Worker, error) {
-	if e.Schema != wire.WorkerStatusSchema {
-		return Worker{}, fmt.Errorf("coordinator: %s has schema %s, not %s", e.String(), e.Schema, wire.WorkerStatusSchema)
+	if e.Schema != wire.SchemaWorkerStatus {
+		return Worker{}, fmt.Errorf("coordinator: %s has schema %s, not %s", e.String(), e.Schema, wire.SchemaWorkerStatus)
 	}
 	var d wire.WorkerStatus
 	if err := json.Unmarshal(e.Document, &d); err != nil {

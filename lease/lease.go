@@ -14,7 +14,7 @@ import (
 )
 
 // leaseSchema is the registered schema of a lease document (SPEC section 13).
-const leaseSchema = "keeppeek.lease.v1"
+const leaseSchema = wire.SchemaLease
 
 // document is a keeppeek.lease.v1 document.
 type document struct {

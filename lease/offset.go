@@ -14,7 +14,7 @@ import (
 // keeppeek.observed-status.v1 is the one allowed in service namespaces that can say "this job is
 // running, and here is how far it got": subject_key is the lease key (the job's name), state is
 // "active", observed_at_ms the time of the save, message the offset and holder the saving worker.
-const offsetSchema = "keeppeek.observed-status.v1"
+const offsetSchema = wire.SchemaObservedStatus
 
 // offsetDocument is the keeppeek.observed-status.v1 document that carries an offset.
 type offsetDocument struct {

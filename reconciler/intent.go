@@ -14,8 +14,8 @@ import (
 
 // Schema ids of the documents this package reads and writes (SPEC section 13).
 const (
-	MediaIntentSchema    = "keeppeek.media-intent.v1"
-	ObservedStatusSchema = "keeppeek.observed-status.v1"
+	MediaIntentSchema    = wire.SchemaMediaIntent
+	ObservedStatusSchema = wire.SchemaObservedStatus
 )
 
 // Roles of a media intent.

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/keeppeek/coordination/store/wire"
 )
 
 // DocumentSchema is the schema of every document the bench writes.
-const DocumentSchema = "keeppeek.media-intent.v1"
+const DocumentSchema = wire.SchemaMediaIntent
 
 // DocumentBytes is the compact size of the bench document: a realistic, fairly large intent.
 const DocumentBytes = 2193

@@ -17,15 +17,15 @@ import (
 // The registered schema ids of SPEC section 13.
 const (
 	// MediaIntentV1 is a desired publication or subscription; allowed in service and user namespaces.
-	MediaIntentV1 = "keeppeek.media-intent.v1"
+	MediaIntentV1 = wire.SchemaMediaIntent
 	// LeaseV1 is a worker's claim on a piece of work; allowed in service namespaces.
-	LeaseV1 = "keeppeek.lease.v1"
+	LeaseV1 = wire.SchemaLease
 	// ObservedStatusV1 is what a worker observed for an intent; allowed in service and user namespaces.
-	ObservedStatusV1 = "keeppeek.observed-status.v1"
+	ObservedStatusV1 = wire.SchemaObservedStatus
 	// PreferenceV1 is a display or audio preference; allowed in user and group namespaces.
-	PreferenceV1 = "keeppeek.preference.v1"
+	PreferenceV1 = wire.SchemaPreference
 	// WorkerStatusV1 is a worker heartbeat written by the server; allowed in the system namespace only.
-	WorkerStatusV1 = "keeppeek.worker-status.v1"
+	WorkerStatusV1 = wire.SchemaWorkerStatus
 )
 
 // maxMessageBytes bounds observed-status message, in bytes (JSON Schema maxLength counts characters).

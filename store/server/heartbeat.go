@@ -89,6 +89,6 @@ func (s *Server) heartbeat(msg *nats.Msg) error {
 	doc, _ := json.Marshal(want)
 	ttl := max(3*interval, 1000)
 	_, err = s.st.PutSystem(ctx, principal, wire.PutRequest{Namespace: string(wire.KindSystem), Key: key,
-		Schema: wire.WorkerStatusSchema, Document: doc, TTLMs: &ttl})
+		Schema: wire.SchemaWorkerStatus, Document: doc, TTLMs: &ttl})
 	return err
 }

@@ -75,6 +75,3 @@ type WorkerStatus struct {
 
 // WorkerKey is the system key of a worker's status entry.
 func WorkerKey(principal, workerID string) string { return "workers/" + principal + "/" + workerID }
-
-// WorkerStatusSchema is the schema id of worker status entries.
-const WorkerStatusSchema = "keeppeek.worker-status.v1"
