@@ -20,23 +20,26 @@ import (
 	"github.com/keeppeek/coordination/store/wire"
 )
 
-// The bbolt layout, format 1:
+// The bbolt layout, format 2:
 //
-//	meta        format -> "1", epoch -> string, total_bytes -> decimal,
+//	meta        format -> "2", epoch -> string, total_bytes -> decimal,
 //	            audit_head -> {"seq","hash"}, audit_checkpoint -> {"seq","hash"}
-//	namespaces  <namespace> -> {"revision","entries","bytes"}
-//	entries     <namespace> 0x00 <key> -> StateEntry JSON
+//	entries     <namespace> 0x00 -> the namespace's counters {"revision","entries","bytes"}
+//	            <namespace> 0x00 <key> -> StateEntry JSON
 //	audit       <seq, 8 bytes big-endian> -> audit record JSON
 //
-// A future format N+1 adds a migration from N to migrations below; Open runs the chain of migrations
-// in one transaction before validating, and refuses formats it does not know.
-const formatVersion = 1
+// A namespace's counters sort just before its entries, so a commit usually rewrites one leaf for both.
+// Format 1 kept the counters in a bucket of their own ("namespaces"); migrations[1] moves them.
+//
+// A format N+1 adds a migration from N to migrations below; Open runs the chain of migrations in one
+// transaction before validating, and refuses formats it does not know.
+const formatVersion = 2
 
 var (
-	bucketMeta       = []byte("meta")
-	bucketNamespaces = []byte("namespaces")
-	bucketEntries    = []byte("entries")
-	bucketAudit      = []byte("audit")
+	bucketMeta         = []byte("meta")
+	bucketEntries      = []byte("entries")
+	bucketAudit        = []byte("audit")
+	bucketNamespacesV1 = []byte("namespaces") // format 1 only
 
 	metaFormat          = []byte("format")
 	metaEpoch           = []byte("epoch")
@@ -44,11 +47,32 @@ var (
 	metaAuditHead       = []byte("audit_head")
 	metaAuditCheckpoint = []byte("audit_checkpoint")
 
-	allBuckets = [][]byte{bucketMeta, bucketNamespaces, bucketEntries, bucketAudit}
+	allBuckets = [][]byte{bucketMeta, bucketEntries, bucketAudit}
 )
 
 // migrations[n] upgrades a format-n database to format n+1 inside one write transaction.
-var migrations = map[int]func(tx *bolt.Tx) error{}
+var migrations = map[int]func(tx *bolt.Tx) error{
+	1: migrateNamespaceCounters,
+}
+
+// migrateNamespaceCounters is format 1 to 2: each namespace's counters move from the "namespaces"
+// bucket to the key <namespace> 0x00 of the entries bucket.
+func migrateNamespaceCounters(tx *bolt.Tx) error {
+	old := tx.Bucket(bucketNamespacesV1)
+	entries := tx.Bucket(bucketEntries)
+	if old == nil || entries == nil {
+		return errors.New("format 1 database without its namespaces or entries bucket")
+	}
+	if err := old.ForEach(func(k, v []byte) error {
+		return entries.Put(counterKey(string(k)), bytes.Clone(v))
+	}); err != nil {
+		return err
+	}
+	return tx.DeleteBucket(bucketNamespacesV1)
+}
+
+// counterKey is the entries-bucket key of a namespace's counters.
+func counterKey(ns string) []byte { return append([]byte(ns), 0) }
 
 // entryOverhead bounds the bytes a stored entry may take beyond its document, so a record can be
 // rejected by size before it is decoded.
@@ -261,11 +285,15 @@ func loadTx(tx *bolt.Tx, rules *loadRules) (*loaded, error) {
 		}
 	}
 
+	// Counters first: a key that ends at its 0x00 separator. No document is decoded in this pass.
 	counters := map[string]nsCounter{}
 	var sum int64
 	var nonEmpty int64
-	err = tx.Bucket(bucketNamespaces).ForEach(func(k, v []byte) error {
-		ns := string(k)
+	err = tx.Bucket(bucketEntries).ForEach(func(k, v []byte) error {
+		if len(k) == 0 || k[len(k)-1] != 0 {
+			return nil // an entry: the next pass
+		}
+		ns := string(k[:len(k)-1])
 		if !wire.ValidNamespace(ns) {
 			return fmt.Errorf("namespace %q is not a valid namespace", ns)
 		}
@@ -306,6 +334,9 @@ func loadTx(tx *bolt.Tx, rules *loadRules) (*loaded, error) {
 	seen := map[string]nsCounter{}
 	maxRecord := int(bounds.MaxDocumentBytes) + entryOverhead
 	err = tx.Bucket(bucketEntries).ForEach(func(k, v []byte) error {
+		if len(k) > 0 && k[len(k)-1] == 0 {
+			return nil // counters, checked above
+		}
 		ns, key, ok := strings.Cut(string(k), "\x00")
 		if !ok {
 			return fmt.Errorf("entry key %q has no namespace separator", k)
@@ -389,10 +420,9 @@ func (b *boltBackend) commit(bt *batch) error {
 				}
 			}
 		}
-		nsb := tx.Bucket(bucketNamespaces)
 		for ns, c := range bt.namespaces {
 			v, _ := json.Marshal(c)
-			if err := nsb.Put([]byte(ns), v); err != nil {
+			if err := entries.Put(counterKey(ns), v); err != nil {
 				return err
 			}
 		}

@@ -121,11 +121,11 @@ func TestCorruptFilesOpenUnavailable(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []string{"truncat", "corrupt", "size", "page"}},
-		{"format version 2", func(t *testing.T, path string) {
+		{"format version from the future", func(t *testing.T, path string) {
 			boltEditFile(t, path, func(tx *bolt.Tx) error {
-				return tx.Bucket(bucketMeta).Put(metaFormat, []byte("2"))
+				return tx.Bucket(bucketMeta).Put(metaFormat, fmt.Appendf(nil, "%d", formatVersion+1))
 			})
-		}, []string{"unsupported format version 2"}},
+		}, []string{fmt.Sprintf("unsupported format version %d", formatVersion+1)}},
 		{"total_bytes disagrees", func(t *testing.T, path string) {
 			boltEditFile(t, path, func(tx *bolt.Tx) error {
 				m := tx.Bucket(bucketMeta)
@@ -138,14 +138,14 @@ func TestCorruptFilesOpenUnavailable(t *testing.T) {
 		}, []string{"total_bytes"}},
 		{"namespace entry count disagrees", func(t *testing.T, path string) {
 			boltEditFile(t, path, func(tx *bolt.Tx) error {
-				nsb := tx.Bucket(bucketNamespaces)
+				b := tx.Bucket(bucketEntries)
 				var c nsCounter
-				if err := json.Unmarshal(nsb.Get([]byte("service/tx")), &c); err != nil {
+				if err := json.Unmarshal(b.Get(counterKey("service/tx")), &c); err != nil {
 					return err
 				}
 				c.Entries++
 				v, _ := json.Marshal(c)
-				return nsb.Put([]byte("service/tx"), v)
+				return b.Put(counterKey("service/tx"), v)
 			})
 		}, []string{`namespace "service/tx" counters say 4 entries`}},
 		{"orphan entry", func(t *testing.T, path string) {
