@@ -28,6 +28,7 @@ type mutation struct {
 	expected  *int64
 	ttlMs     int64
 	guard     *wire.Guard
+	digest    string // the document's SHA-256 for the audit record, computed by the caller
 	done      chan mutResult
 }
 
@@ -173,6 +174,7 @@ type stagedOp struct {
 	ns, key   string
 	entry     *wire.Entry // put and touch
 	json      []byte      // put and touch: the entry's JSON encoding, made once
+	digest    string      // put: the document's SHA-256
 	revision  uint64      // the namespace revision it commits at (put, delete, expire)
 	principal string
 	m         *mutation // nil for an expiry
@@ -318,7 +320,7 @@ func (st *stage) stagePut(m *mutation) (*wire.Entry, error) {
 		e.TTLMs, e.ExpiresAtMs = m.ttlMs, st.now+m.ttlMs
 	}
 	st.set(m.ns, m.key, cur, e)
-	st.ops = append(st.ops, stagedOp{kind: changePut, ns: m.ns, key: m.key, entry: e, json: encodeEntry(e), revision: e.Revision, principal: m.principal, m: m})
+	st.ops = append(st.ops, stagedOp{kind: changePut, ns: m.ns, key: m.key, entry: e, json: encodeEntry(e), digest: m.digest, revision: e.Revision, principal: m.principal, m: m})
 	return e, nil
 }
 
@@ -447,8 +449,8 @@ func (s *Store) persist(st *stage) error {
 		}
 		rec := auditRecord{Seq: head.Seq + 1, AtMs: st.now, Principal: op.principal, Op: op.kind.String(),
 			Namespace: op.ns, Key: op.key, Revision: op.revision, PrevHash: head.Hash}
-		if op.entry != nil {
-			rec.DocumentSHA256 = documentDigest(op.entry.Document)
+		if op.kind == changePut {
+			rec.DocumentSHA256 = op.digest
 		}
 		rec.Hash = rec.computeHash()
 		head = auditHead{Seq: rec.Seq, Hash: rec.Hash}

@@ -136,7 +136,7 @@ func (s *Store) put(ctx context.Context, owner string, req wire.PutRequest, doc 
 	if err := s.schemas.Validate(req.Schema, req.Namespace, doc); err != nil {
 		return wire.Entry{}, err
 	}
-	m.doc = doc
+	m.doc, m.digest = doc, documentDigest(doc) // hashed here, in parallel, not in the serial commit
 	r := s.submit(ctx, m)
 	if r.err != nil {
 		return wire.Entry{}, r.err
