@@ -25,37 +25,12 @@ const (
 	RecordingRequired = "required"
 )
 
-// MediaIntent is the document of a keeppeek.media-intent.v1 entry: a desired publication or
-// subscription of one stable media source. It names stable ids (source_id, stream_id), never a
-// transient session. Role, Desired, SourceID and MediaKind are required; a publish intent requires
-// RecordingMode as well. Optional fields are omitted from the document when they are zero (Priority
-// when nil, so that an explicit 0 is kept: Priority: new(0)).
-type MediaIntent struct {
-	// Role is RolePublish or RoleSubscribe.
-	Role string `json:"role"`
-	// Desired says whether the outcome is wanted now; false asks workers to stop it.
-	Desired bool `json:"desired"`
-	// SourceID is the stable source id (a key segment of at most 128 bytes).
-	SourceID string `json:"source_id"`
-	// MediaKind is MediaKindVideo or MediaKindAudio.
-	MediaKind string `json:"media_kind"`
-	// StreamID, optional, is the logical stream of the source.
-	StreamID string `json:"stream_id,omitempty"`
-	// VariantID, optional, is the exact variant wanted; absent lets a subscriber select one.
-	VariantID string `json:"variant_id,omitempty"`
-	// OutputProfile, optional, is the output profile of a publication.
-	OutputProfile string `json:"output_profile,omitempty"`
-	// Priority, optional, is 0 to 1000.
-	Priority *int `json:"priority,omitempty"`
-	// RecordingMode is RecordingInherit, RecordingDisabled or RecordingRequired; required for a
-	// publish intent (the worker copies it into StartPublication).
-	RecordingMode string `json:"recording_mode,omitempty"`
-	// Parameters, optional, holds declarative service-specific configuration, keyed by service id
-	// (a principal id); each value is one JSON object. Another coordinator may own another service's
-	// entry: PutIntent keeps the entries it is not given. An entry whose value is nil (or JSON null)
-	// is never written: to PutIntent it means "remove this service's entry".
-	Parameters map[string]json.RawMessage `json:"parameters,omitempty"`
-}
+// MediaIntent is the document of a keeppeek.media-intent.v1 entry (wire.MediaIntent): a desired
+// publication or subscription of one stable media source. Optional fields are omitted when zero
+// (Priority when nil, so that an explicit 0 is kept: Priority: new(0)). Another coordinator may own
+// another service's Parameters entry: PutIntent keeps the entries it is not given, and an entry whose
+// value is nil (or JSON null) means "remove this service's entry".
+type MediaIntent = wire.MediaIntent
 
 // PublishIntent returns a desired publish intent of one source with the recording mode a publish
 // intent requires.

@@ -13,16 +13,7 @@ import (
 // empty. A preference is a wish, not a fact: a preferred group grants no membership, no right to
 // publish and no right to read that group's namespace. Group membership comes only from the group's
 // own authoritative state after a successful join.
-type Preference struct {
-	// Kind says what the preference is about, e.g. "display" or "audio".
-	Kind string `json:"kind"`
-	// PreferredGroup, optional, is the group the user would like to join or show.
-	PreferredGroup string `json:"preferred_group,omitempty"`
-	// Layout, optional, is a display layout.
-	Layout string `json:"layout,omitempty"`
-	// AudioDevice, optional, is the selected audio device.
-	AudioDevice string `json:"audio_device,omitempty"`
-}
+type Preference = wire.Preference
 
 // SetPreference writes pref at key in the namespace user/<user>: the private namespace of a user,
 // which that user (and any admin) may write. It is PutPreference on "user/"+user: a user principal

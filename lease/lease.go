@@ -17,12 +17,7 @@ import (
 const leaseSchema = wire.SchemaLease
 
 // document is a keeppeek.lease.v1 document.
-type document struct {
-	Holder      string `json:"holder"`
-	ClaimedAtMs int64  `json:"claimed_at_ms"`
-	RenewedAtMs int64  `json:"renewed_at_ms,omitempty"`
-	Purpose     string `json:"purpose,omitempty"`
-}
+type document = wire.LeaseDocument
 
 // A Lease is a claim, held by one worker, on a key of the state store: an entry with a TTL that the
 // holder renews with compare-and-set puts until it releases it or loses it. Each renewal gives the

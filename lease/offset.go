@@ -17,13 +17,7 @@ import (
 const offsetSchema = wire.SchemaObservedStatus
 
 // offsetDocument is the keeppeek.observed-status.v1 document that carries an offset.
-type offsetDocument struct {
-	SubjectKey   string `json:"subject_key"`
-	State        string `json:"state"`
-	ObservedAtMs int64  `json:"observed_at_ms"`
-	Message      string `json:"message,omitempty"`
-	Holder       string `json:"holder,omitempty"`
-}
+type offsetDocument = wire.ObservedStatus
 
 // LoadOffset returns the resume offset saved under Options.OffsetKey, or "" when none was saved yet.
 // Reading needs no lease; a new holder calls it first to resume where the previous one stopped.

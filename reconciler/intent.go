@@ -20,43 +20,21 @@ const (
 
 // Roles of a media intent.
 const (
-	RolePublish   = "publish"
-	RoleSubscribe = "subscribe"
+	RolePublish   = wire.RolePublish
+	RoleSubscribe = wire.RoleSubscribe
 )
 
 // MaxStatusMessageBytes bounds ObservedStatus.Message (SPEC section 13).
-const MaxStatusMessageBytes = 256
+const MaxStatusMessageBytes = wire.MaxStatusMessageBytes
 
 // maxPriority bounds MediaIntent.Priority (SPEC section 13).
 const maxPriority = 1000
 
-// MediaIntent is a keeppeek.media-intent.v1 document: a desired publication or subscription of one
-// media source, named by its stable source_id (never a transient session). It is an intent, not a
-// binding: only the capabilities and the command results say whether it exists.
-type MediaIntent struct {
-	// Role is RolePublish or RoleSubscribe.
-	Role string `json:"role"`
-	// Desired is whether the publication or subscription should exist (false: stop it).
-	Desired bool `json:"desired"`
-	// SourceID is the stable id of the source.
-	SourceID string `json:"source_id"`
-	// MediaKind is "video" or "audio".
-	MediaKind string `json:"media_kind"`
-	// StreamID names the source's stream; empty: the worker picks the one of MediaKind.
-	StreamID string `json:"stream_id,omitempty"`
-	// VariantID is the variant to publish or subscribe to; empty on a subscription permits automatic
-	// selection.
-	VariantID string `json:"variant_id,omitempty"`
-	// OutputProfile is the publication's output profile, e.g. "browser-h264-720p".
-	OutputProfile string `json:"output_profile,omitempty"`
-	// Priority orders intents competing for the same resources, 0 to 1000.
-	Priority int `json:"priority,omitempty"`
-	// RecordingMode is "inherit", "disabled" or "required"; required for RolePublish, where the
-	// worker copies it to StartPublication.recording_mode.
-	RecordingMode string `json:"recording_mode,omitempty"`
-	// Parameters are service-specific declarative settings, keyed by a service id.
-	Parameters map[string]map[string]any `json:"parameters,omitempty"`
-}
+// MediaIntent is a keeppeek.media-intent.v1 document (wire.MediaIntent, with the worker's checks):
+// a desired publication or subscription of one media source, named by its stable source_id (never a
+// transient session). It is an intent, not a binding: only the capabilities and the command results
+// say whether it exists.
+type MediaIntent wire.MediaIntent
 
 // ValidationError says why a media intent cannot be acted on: a worker validation failure. The worker
 // reports it in its observed status (InvalidStatus) and sends no command for the intent: above all, a
@@ -103,7 +81,38 @@ func DecodeMediaIntent(e wire.Entry) (MediaIntent, error) {
 	}
 	mi := doc.MediaIntent
 	mi.Desired = *doc.Desired
+	if err := checkParameters(mi.Parameters); err != nil {
+		return MediaIntent{}, err
+	}
 	return mi, nil
+}
+
+// checkParameters requires every parameters entry to be a JSON object.
+func checkParameters(ps map[string]json.RawMessage) *ValidationError {
+	for service, params := range ps {
+		if len(params) == 0 || params[0] != '{' {
+			return invalid("parameters", "the entry of %q is a JSON %s, want object", service, rawType(params))
+		}
+	}
+	return nil
+}
+
+// rawType names the JSON type of a raw value.
+func rawType(v json.RawMessage) string {
+	if len(v) == 0 {
+		return "nothing"
+	}
+	switch v[0] {
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
 }
 
 // jsonType names the JSON type a Go type decodes from.
@@ -156,8 +165,11 @@ func (m MediaIntent) Validate() error {
 			}
 		}
 	}
-	if m.Priority < 0 || m.Priority > maxPriority {
-		return invalid("priority", "%d is outside 0 to %d", m.Priority, maxPriority)
+	if m.Priority != nil && (*m.Priority < 0 || *m.Priority > maxPriority) {
+		return invalid("priority", "%d is outside 0 to %d", *m.Priority, maxPriority)
+	}
+	if err := checkParameters(m.Parameters); err != nil {
+		return err
 	}
 	switch {
 	case m.RecordingMode == "" && m.Role == RolePublish:
@@ -179,45 +191,28 @@ func checkIdentifier(field, v string) *ValidationError {
 }
 
 // ObservedState is the state of an ObservedStatus.
-type ObservedState string
+type ObservedState = wire.ObservedState
 
 // The states of keeppeek.observed-status.v1.
 const (
-	StatePending ObservedState = "pending"
-	StateActive  ObservedState = "active"
-	StateFailed  ObservedState = "failed"
-	StateStopped ObservedState = "stopped"
+	StatePending = wire.StatePending
+	StateActive  = wire.StateActive
+	StateFailed  = wire.StateFailed
+	StateStopped = wire.StateStopped
 	// StateInvalid reports an intent that failed validation: nothing was or will be sent for it.
-	StateInvalid ObservedState = "invalid"
+	StateInvalid = wire.StateInvalid
 )
 
-// ObservedStatus is a keeppeek.observed-status.v1 document: what a worker observed for one intent.
-// The worker writes it under its own key, never over the intent.
-type ObservedStatus struct {
-	// SubjectKey is the intent's key.
-	SubjectKey string `json:"subject_key"`
-	// State is the observed state.
-	State ObservedState `json:"state"`
-	// ObservedAtMs is when it was observed, in Unix milliseconds.
-	ObservedAtMs int64 `json:"observed_at_ms"`
-	// Message explains the state in one line; Document keeps it within MaxStatusMessageBytes.
-	Message string `json:"message,omitempty"`
-	// PublicationID, SubscriptionID and VariantID are the binding the media server returned.
-	PublicationID  string `json:"publication_id,omitempty"`
-	SubscriptionID string `json:"subscription_id,omitempty"`
-	VariantID      string `json:"variant_id,omitempty"`
-	// ErrorCode is the code of the failure, e.g. a PUBLICATION_ERROR_CODE_* of the media server.
-	ErrorCode string `json:"error_code,omitempty"`
-	// Holder is the worker id holding the intent's lease.
-	Holder string `json:"holder,omitempty"`
-}
+// ObservedStatus is a keeppeek.observed-status.v1 document (wire.ObservedStatus): what a worker
+// observed for one intent, written under its own key, never over the intent.
+type ObservedStatus wire.ObservedStatus
 
 // Document returns s encoded as a keeppeek.observed-status.v1 document for a put. The message is
 // made one valid UTF-8 line (invalid bytes become U+FFFD, line breaks spaces: the content guard
 // rejects log-like strings) and cut, on a rune boundary, to at most MaxStatusMessageBytes.
 func (s ObservedStatus) Document() json.RawMessage {
 	s.Message = statusMessage(s.Message)
-	b, err := json.Marshal(s)
+	b, err := json.Marshal(wire.ObservedStatus(s))
 	if err != nil { // strings and integers only: cannot happen
 		panic(fmt.Sprintf("reconciler: encode observed status: %v", err))
 	}

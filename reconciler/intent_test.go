@@ -27,8 +27,8 @@ func TestDecodeMediaIntent(t *testing.T) {
 		t.Fatalf("DecodeMediaIntent: %v", err)
 	}
 	want := MediaIntent{Role: "publish", Desired: true, SourceID: "front-door", MediaKind: "video", StreamID: "video",
-		VariantID: "browser-h264-720p", OutputProfile: "browser-h264-720p", Priority: 100, RecordingMode: "disabled",
-		Parameters: map[string]map[string]any{"cv-worker": {"model": "yolo", "fps": float64(5)}}}
+		VariantID: "browser-h264-720p", OutputProfile: "browser-h264-720p", Priority: new(100), RecordingMode: "disabled",
+		Parameters: map[string]json.RawMessage{"cv-worker": json.RawMessage(`{"model":"yolo","fps":5}`)}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("decoded\n%+v\nwant\n%+v", got, want)
 	}
@@ -119,10 +119,10 @@ func TestMediaIntentValidate(t *testing.T) {
 		{"stream_id invalid", with(pub, func(m *MediaIntent) { m.StreamID = "a b" }), "stream_id"},
 		{"variant_id invalid", with(pub, func(m *MediaIntent) { m.VariantID = "." }), "variant_id"},
 		{"output_profile invalid", with(pub, func(m *MediaIntent) { m.OutputProfile = "h264/720p" }), "output_profile"},
-		{"priority 0", with(pub, func(m *MediaIntent) { m.Priority = 0 }), ""},
-		{"priority 1000", with(pub, func(m *MediaIntent) { m.Priority = 1000 }), ""},
-		{"priority 1001", with(pub, func(m *MediaIntent) { m.Priority = 1001 }), "priority"},
-		{"priority negative", with(pub, func(m *MediaIntent) { m.Priority = -1 }), "priority"},
+		{"priority 0", with(pub, func(m *MediaIntent) { m.Priority = new(0) }), ""},
+		{"priority 1000", with(pub, func(m *MediaIntent) { m.Priority = new(1000) }), ""},
+		{"priority 1001", with(pub, func(m *MediaIntent) { m.Priority = new(1001) }), "priority"},
+		{"priority negative", with(pub, func(m *MediaIntent) { m.Priority = new(-1) }), "priority"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.m.Validate()

@@ -8,6 +8,7 @@ package cv
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -162,7 +163,11 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 			err = in.Validate()
 		}
 	}
-	model, _ := in.Parameters[c.cfg.Service]["model_profile"].(string)
+	var params struct {
+		ModelProfile string `json:"model_profile"`
+	}
+	_ = json.Unmarshal(in.Parameters[c.cfg.Service], &params) // absent or malformed: no model, nothing to run
+	model := params.ModelProfile
 	c.mu.Lock()
 	j := c.active[req.Key]
 	c.mu.Unlock()

@@ -6,6 +6,7 @@ package view
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -89,8 +90,8 @@ func (v *Viewer) Run(ctx context.Context) error { return v.w.Run(ctx) }
 // Want writes (or replaces) the subscription intent for a variant of a source: the viewer's choice.
 func (v *Viewer) Want(ctx context.Context, sourceID, mediaKind, variantID string) (string, error) {
 	key := "intents/" + sourceID + "-" + mediaKind + "-" + variantID
-	doc := fmt.Sprintf(`{"role":"subscribe","desired":true,"source_id":%q,"media_kind":%q,"variant_id":%q}`, sourceID, mediaKind, variantID)
-	_, err := v.w.Client().Put(ctx, wire.PutRequest{Namespace: v.ns, Key: key, Schema: reconciler.MediaIntentSchema, Document: []byte(doc)})
+	doc, _ := json.Marshal(wire.MediaIntent{Role: wire.RoleSubscribe, Desired: true, SourceID: sourceID, MediaKind: mediaKind, VariantID: variantID})
+	_, err := v.w.Client().Put(ctx, wire.PutRequest{Namespace: v.ns, Key: key, Schema: wire.SchemaMediaIntent, Document: doc})
 	return key, err
 }
 
