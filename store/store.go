@@ -328,3 +328,15 @@ func (s *Store) nowMs() int64 { return s.opts.Clock().UnixMilli() }
 func (s *Store) untilMs(atMs int64) time.Duration {
 	return time.Duration(atMs-s.nowMs()) * time.Millisecond
 }
+
+// TrimMemory gives memory back to the operating system after a burst of work: it drops the database
+// file's mapped pages from the resident set (reads fault them back in from the page cache). A server
+// calls it when it has gone idle.
+func (s *Store) TrimMemory() {
+	if s.serving() != nil {
+		return
+	}
+	if t, ok := s.be.(interface{ trimMemory() }); ok {
+		t.trimMemory()
+	}
+}

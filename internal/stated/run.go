@@ -276,7 +276,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	logger.Info("stated ready", "nats", url, "http", "http://"+ln.Addr().String(), "data", cfg.DatabasePath(),
 		"principals", len(cfg.PolicyPrincipals()), "epoch", st.Info().Epoch, "version", Version())
 
-	go trimWhenIdle(ctx, srv)
+	go trimWhenIdle(ctx, srv, st)
 	for {
 		select {
 		case <-hup:
@@ -333,7 +333,7 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, internalPass
 // trimWhenIdle returns freed heap to the operating system once the server has been idle for a while
 // after a burst of work: the Go runtime gives memory back only gradually, and an idle daemon should not
 // keep the resident size of its busiest moment.
-func trimWhenIdle(ctx context.Context, srv *server.Server) {
+func trimWhenIdle(ctx context.Context, srv *server.Server, st *store.Store) {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	last, trimmed := srv.Activity(), true
@@ -348,6 +348,7 @@ func trimWhenIdle(ctx context.Context, srv *server.Server) {
 		case now != last:
 			trimmed = false
 		case !trimmed:
+			st.TrimMemory()
 			debug.FreeOSMemory()
 			trimmed = true
 		}
