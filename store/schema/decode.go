@@ -1,10 +1,12 @@
 package schema
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -15,11 +17,13 @@ const maxDepth = 10000
 // decode parses exactly one JSON value into map[string]any, []any, string, json.Number, bool or nil.
 // Unlike json.Unmarshal it rejects duplicate property names: the store keeps the bytes it was given, so
 // a value hidden behind a later duplicate would escape both the schema and the guard. It is a single
-// pass over the bytes (the store validates every write, so this is on the hot path).
+// pass over the bytes (the store validates every write, so this is on the hot path). The strings of the
+// result (plain ones: no escapes) share data's memory, so data must not change while the result is in
+// use; callers use the result only to check data, and messages copy what they quote.
 func decode(data []byte) (any, error) {
 	p := &parser{data: data}
 	p.skipSpace()
-	v, err := p.value(nil)
+	v, err := p.value()
 	if err != nil {
 		return nil, err
 	}
@@ -30,9 +34,33 @@ func decode(data []byte) (any, error) {
 	return v, nil
 }
 
+// parser is the state of one decode. path is the stack of property names and array indexes leading to
+// the value being read, kept only for messages: it is pushed and popped, never copied, so reading a
+// document allocates nothing for it.
 type parser struct {
 	data []byte
 	pos  int
+	path []pathStep
+}
+
+// pathStep is one step of a parser path: a property name, or an array index when name is "" and
+// index >= 0.
+type pathStep struct {
+	name  string
+	index int
+}
+
+// location renders the parser's current path for a message.
+func (p *parser) location() string {
+	path := make([]string, len(p.path))
+	for i, st := range p.path {
+		if st.index >= 0 {
+			path[i] = strconv.Itoa(st.index)
+		} else {
+			path[i] = st.name
+		}
+	}
+	return location(path)
 }
 
 func (p *parser) skipSpace() {
@@ -53,16 +81,16 @@ func (p *parser) syntax(format string, args ...any) error {
 	return wire.Errorf(wire.CodeSchemaInvalid, "document is not valid JSON: "+format+" at offset %d", append(args, p.pos)...)
 }
 
-// value reads the value at pos; path locates it for messages.
-func (p *parser) value(path []string) (any, error) {
+// value reads the value at pos.
+func (p *parser) value() (any, error) {
 	if p.pos >= len(p.data) {
 		return nil, p.syntax("value expected")
 	}
 	switch c := p.data[p.pos]; {
 	case c == '{':
-		return p.object(path)
+		return p.object()
 	case c == '[':
-		return p.array(path)
+		return p.array()
 	case c == '"':
 		return p.str()
 	case c == 't':
@@ -86,8 +114,8 @@ func (p *parser) literal(word string) error {
 	return nil
 }
 
-func (p *parser) object(path []string) (any, error) {
-	if len(path) >= maxDepth {
+func (p *parser) object() (any, error) {
+	if len(p.path) >= maxDepth {
 		return nil, wire.Errorf(wire.CodeSchemaInvalid, "document nests deeper than %d levels", maxDepth)
 	}
 	p.pos++ // {
@@ -107,7 +135,7 @@ func (p *parser) object(path []string) (any, error) {
 			return nil, err
 		}
 		if _, dup := obj[name]; dup {
-			return nil, wire.Errorf(wire.CodeSchemaInvalid, "duplicate property %s %s", quoteName(name), location(path))
+			return nil, wire.Errorf(wire.CodeSchemaInvalid, "duplicate property %s %s", quoteName(name), p.location())
 		}
 		p.skipSpace()
 		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
@@ -115,10 +143,12 @@ func (p *parser) object(path []string) (any, error) {
 		}
 		p.pos++
 		p.skipSpace()
-		v, err := p.value(append(path, name))
+		p.path = append(p.path, pathStep{name: name, index: -1})
+		v, err := p.value()
 		if err != nil {
 			return nil, err
 		}
+		p.path = p.path[:len(p.path)-1]
 		obj[name] = v
 		p.skipSpace()
 		if p.pos >= len(p.data) {
@@ -136,8 +166,8 @@ func (p *parser) object(path []string) (any, error) {
 	}
 }
 
-func (p *parser) array(path []string) (any, error) {
-	if len(path) >= maxDepth {
+func (p *parser) array() (any, error) {
+	if len(p.path) >= maxDepth {
 		return nil, wire.Errorf(wire.CodeSchemaInvalid, "document nests deeper than %d levels", maxDepth)
 	}
 	p.pos++ // [
@@ -149,10 +179,12 @@ func (p *parser) array(path []string) (any, error) {
 	}
 	for {
 		p.skipSpace()
-		v, err := p.value(append(path, strconv.Itoa(len(arr))))
+		p.path = append(p.path, pathStep{index: len(arr)})
+		v, err := p.value()
 		if err != nil {
 			return nil, err
 		}
+		p.path = p.path[:len(p.path)-1]
 		arr = append(arr, v)
 		p.skipSpace()
 		if p.pos >= len(p.data) {
@@ -170,20 +202,62 @@ func (p *parser) array(path []string) (any, error) {
 	}
 }
 
+// plainByte[c] is true for the bytes a string holds as they are: not the quote, not the backslash, not
+// a control character.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// Word-at-a-time byte tests (each true byte of x sets the high bit of its byte in the result).
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// plainASCII8 reports whether the eight bytes of x are all plain ASCII string bytes: none below 0x20,
+// none a quote or a backslash, none 0x80 or above. (The "has a zero byte" test: (v-ones)&^v&highs is
+// non-zero exactly when some byte of v is zero.)
+func plainASCII8(x uint64) bool {
+	below := (x - ones*0x20) &^ x // some byte < 0x20, given none >= 0x80
+	quote := x ^ ones*'"'         // zero where a byte is '"'
+	bslash := x ^ ones*'\\'       // zero where a byte is '\\'
+	return (x|below|((quote-ones)&^quote)|((bslash-ones)&^bslash))&highs == 0
+}
+
 // str reads a string. Plain strings (no escapes, valid UTF-8) are sliced directly; others are decoded
 // by encoding/json, so escapes and invalid UTF-8 are treated exactly as json.Unmarshal treats them.
 func (p *parser) str() (string, error) {
 	start := p.pos
 	p.pos++ // opening quote
 	plain := true
+	var high byte // OR of the bytes: only a string with a byte >= 0x80 needs a UTF-8 check
 	for p.pos < len(p.data) {
+		// Eight plain ASCII bytes at a time: most of a document's bytes are in such runs.
+		for p.pos+8 <= len(p.data) && plainASCII8(binary.LittleEndian.Uint64(p.data[p.pos:])) {
+			p.pos += 8
+		}
+		if p.pos >= len(p.data) {
+			break
+		}
 		c := p.data[p.pos]
+		if plainByte[c] {
+			high |= c
+			p.pos++
+			continue
+		}
 		switch {
 		case c == '"':
 			p.pos++
 			raw := p.data[start:p.pos]
-			if plain && utf8.Valid(raw) {
-				return string(raw[1 : len(raw)-1]), nil
+			if plain && (high < utf8.RuneSelf || utf8.Valid(raw)) {
+				if len(raw) == 2 {
+					return "", nil
+				}
+				// The string shares data's memory (see decode): no copy of the document's text.
+				return unsafe.String(&raw[1], len(raw)-2), nil
 			}
 			var out string
 			if err := json.Unmarshal(raw, &out); err != nil {
@@ -193,10 +267,8 @@ func (p *parser) str() (string, error) {
 		case c == '\\':
 			plain = false
 			p.pos += 2
-		case c < 0x20:
-			return "", p.syntax("control character in string")
 		default:
-			p.pos++
+			return "", p.syntax("control character in string")
 		}
 	}
 	return "", p.syntax("unterminated string")
@@ -236,7 +308,7 @@ func (p *parser) number() (any, error) {
 			return nil, p.syntax("invalid number")
 		}
 	}
-	return json.Number(p.data[start:p.pos]), nil
+	return json.Number(unsafe.String(&p.data[start], p.pos-start)), nil
 }
 
 // maxTokenBytes bounds how much of a property name a message repeats.

@@ -44,8 +44,39 @@ func Guard(document []byte) error {
 	return guardValue(v, nil)
 }
 
-// guardValue applies the guard to a decoded value at path.
+// guardValue applies the guard to a decoded value at path. Documents almost always pass, so it first
+// checks v without building paths or sorting property names (guardPasses), and only for a document
+// that fails walks it again in sorted order to name the first fault.
 func guardValue(v any, path []string) error {
+	if guardPasses(v) {
+		return nil
+	}
+	return guardReport(v, path)
+}
+
+// guardPasses reports whether the guard accepts a decoded value, allocating nothing when it does.
+func guardPasses(v any) bool {
+	switch t := v.(type) {
+	case map[string]any:
+		for name, child := range t {
+			if forbiddenName(name) != "" || forbiddenString(name) != "" || !guardPasses(child) {
+				return false
+			}
+		}
+	case []any:
+		for _, child := range t {
+			if !guardPasses(child) {
+				return false
+			}
+		}
+	case string:
+		return forbiddenString(t) == ""
+	}
+	return true
+}
+
+// guardReport returns the guard's error for the first fault of v, in sorted property order, at path.
+func guardReport(v any, path []string) error {
 	switch t := v.(type) {
 	case map[string]any:
 		for _, name := range slices.Sorted(maps.Keys(t)) {
@@ -57,13 +88,13 @@ func guardValue(v any, path []string) error {
 			if why := forbiddenString(name); why != "" {
 				return wire.Errorf(wire.CodeSchemaInvalid, "a property name %s is forbidden: it %s", location(path), why)
 			}
-			if err := guardValue(child, append(path, name)); err != nil {
+			if err := guardReport(child, append(path, name)); err != nil {
 				return err
 			}
 		}
 	case []any:
 		for i, child := range t {
-			if err := guardValue(child, append(path, strconv.Itoa(i))); err != nil {
+			if err := guardReport(child, append(path, strconv.Itoa(i))); err != nil {
 				return err
 			}
 		}
@@ -77,9 +108,9 @@ func guardValue(v any, path []string) error {
 }
 
 // nameWords splits a property name into its words: at '_', '-' and '.', and between a lower-case letter
-// and an upper-case one. Empty words are dropped.
-func nameWords(name string) []string {
-	var words []string
+// and an upper-case one. Empty words are dropped. The words are appended to dst.
+func nameWords(dst []string, name string) []string {
+	words := dst
 	start := 0
 	prevLower := false
 	for i, r := range name {
@@ -105,7 +136,8 @@ func nameWords(name string) []string {
 
 // forbiddenName returns the forbidden word (or "first second" pair) of a property name, or "".
 func forbiddenName(name string) string {
-	words := nameWords(name)
+	var buf [8]string
+	words := nameWords(buf[:0], name)
 	for i, w := range words {
 		for _, f := range forbiddenWords {
 			if strings.EqualFold(w, f) {
@@ -137,18 +169,14 @@ func forbiddenString(s string) string {
 	if n := lineBreaks(s); n > maxLineBreaks {
 		return "has " + strconv.Itoa(n) + " line breaks, at most " + strconv.Itoa(maxLineBreaks) + " are allowed"
 	}
-	if len(s) > blobMinBytes {
+	if len(s) > blobMinBytes && isBlob(s) {
 		n := 0
 		for i := 0; i < len(s); i++ {
-			if isBlobChar(s[i]) {
-				n++
-			}
+			n += blobByte[s[i]]
 		}
-		if n*100 >= len(s)*blobPercent {
-			return "looks like encoded binary data (" + strconv.Itoa(len(s)) + " bytes, " +
-				strconv.Itoa(n*100/len(s)) + "% base64 or hex characters; such strings are limited to " +
-				strconv.Itoa(blobMinBytes) + " bytes)"
-		}
+		return "looks like encoded binary data (" + strconv.Itoa(len(s)) + " bytes, " +
+			strconv.Itoa(n*100/len(s)) + "% base64 or hex characters; such strings are limited to " +
+			strconv.Itoa(blobMinBytes) + " bytes)"
 	}
 	return ""
 }
@@ -159,21 +187,37 @@ func isBlobChar(c byte) bool {
 		c == '+' || c == '/' || c == '=' || c == '_' || c == '-'
 }
 
-// lineBreaks counts the line breaks of s: "\r\n", a lone "\r" and a lone "\n" count one each.
-func lineBreaks(s string) int {
-	n := 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '\r':
-			n++
-			if i+1 < len(s) && s[i+1] == '\n' {
-				i++
-			}
-		case '\n':
-			n++
+// blobByte[c] is 1 when isBlobChar(c).
+var blobByte = func() (t [256]int) {
+	for c := range 256 {
+		if isBlobChar(byte(c)) {
+			t[c] = 1
 		}
 	}
+	return t
+}()
+
+// lineBreaks counts the line breaks of s: "\r\n", a lone "\r" and a lone "\n" count one each.
+func lineBreaks(s string) int {
+	n := strings.Count(s, "\n")
+	if cr := strings.Count(s, "\r"); cr > 0 {
+		n += cr - strings.Count(s, "\r\n")
+	}
 	return n
+}
+
+// isBlob reports whether blobPercent percent or more of the bytes of s are base64 or hex characters.
+// It stops as soon as the other bytes are too many for that.
+func isBlob(s string) bool {
+	allowed := len(s) * (100 - blobPercent) / 100 // at most this many other bytes keep s a blob
+	other := 0
+	for i := 0; i < len(s); i++ {
+		other += 1 - blobByte[s[i]]
+		if other > allowed {
+			return false
+		}
+	}
+	return true
 }
 
 // isSDP reports whether s starts with "v=0", a line break and an "o=" line.

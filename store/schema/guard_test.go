@@ -27,7 +27,7 @@ func TestNameWords(t *testing.T) {
 		"preferredGroupID": {"preferred", "Group", "ID"},
 	}
 	for name, want := range cases {
-		if got := nameWords(name); !slices.Equal(got, want) {
+		if got := nameWords(nil, name); !slices.Equal(got, want) {
 			t.Errorf("nameWords(%q) = %q, want %q", name, got, want)
 		}
 	}
