@@ -142,7 +142,7 @@ func (c *Client) call(ctx context.Context, op wire.Op, id int64, req any) (wire.
 func parseResult(op wire.Op, id int64, data []byte) (wire.Result, error) {
 	var res wire.Result
 	// Replies are decoded tolerantly: a newer server may add fields; requests are what SPEC decodes strictly.
-	if err := json.Unmarshal(data, &res); err != nil {
+	if err := wire.DecodeResult(data, &res); err != nil {
 		return wire.Result{}, fmt.Errorf("store/client: malformed %s reply: %v", op, err)
 	}
 	if res.RequestID != id {

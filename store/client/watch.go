@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -86,7 +85,7 @@ func (c *Client) watchRequest(ctx context.Context, req wire.WatchRequest) (*wire
 // server may add) and checks that it is a well-formed update or close of that watch.
 func decodeWatchMessage(watchID string, data []byte) (wire.WatchMessage, error) {
 	var m wire.WatchMessage
-	if err := json.Unmarshal(data, &m); err != nil {
+	if err := wire.DecodeWatchMessage(data, &m); err != nil {
 		return m, fmt.Errorf("watch message does not decode: %v", err)
 	}
 	if m.WatchID != watchID {

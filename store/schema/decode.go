@@ -1,7 +1,6 @@
 package schema
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -211,22 +210,6 @@ var plainByte = func() (t [256]bool) {
 	return t
 }()
 
-// Word-at-a-time byte tests (each true byte of x sets the high bit of its byte in the result).
-const (
-	ones  = 0x0101010101010101
-	highs = 0x8080808080808080
-)
-
-// plainASCII8 reports whether the eight bytes of x are all plain ASCII string bytes: none below 0x20,
-// none a quote or a backslash, none 0x80 or above. (The "has a zero byte" test: (v-ones)&^v&highs is
-// non-zero exactly when some byte of v is zero.)
-func plainASCII8(x uint64) bool {
-	below := (x - ones*0x20) &^ x // some byte < 0x20, given none >= 0x80
-	quote := x ^ ones*'"'         // zero where a byte is '"'
-	bslash := x ^ ones*'\\'       // zero where a byte is '\\'
-	return (x|below|((quote-ones)&^quote)|((bslash-ones)&^bslash))&highs == 0
-}
-
 // str reads a string. Plain strings (no escapes, valid UTF-8) are sliced directly; others are decoded
 // by encoding/json, so escapes and invalid UTF-8 are treated exactly as json.Unmarshal treats them.
 func (p *parser) str() (string, error) {
@@ -235,10 +218,7 @@ func (p *parser) str() (string, error) {
 	plain := true
 	var high byte // OR of the bytes: only a string with a byte >= 0x80 needs a UTF-8 check
 	for p.pos < len(p.data) {
-		// Eight plain ASCII bytes at a time: most of a document's bytes are in such runs.
-		for p.pos+8 <= len(p.data) && plainASCII8(binary.LittleEndian.Uint64(p.data[p.pos:])) {
-			p.pos += 8
-		}
+		p.pos = wire.PlainRun(p.data, p.pos)
 		if p.pos >= len(p.data) {
 			break
 		}

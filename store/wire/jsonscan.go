@@ -1,5 +1,7 @@
 package wire
 
+import "encoding/binary"
+
 // scanJSON validates that b is exactly one JSON value (RFC 8259 grammar, like json.Valid) without
 // allocating, and reports whether it is already compact: no whitespace outside strings.
 func scanJSON(b []byte) (valid, compact bool) {
@@ -128,6 +130,10 @@ func isHex(c byte) bool {
 func (s *scanner) str() bool {
 	s.pos++ // opening quote
 	for s.pos < len(s.b) {
+		s.pos = PlainRun(s.b, s.pos)
+		if s.pos >= len(s.b) {
+			return false
+		}
 		c := s.b[s.pos]
 		switch {
 		case c == '"':
@@ -191,4 +197,36 @@ func (s *scanner) num() bool {
 		}
 	}
 	return true
+}
+
+// Word-at-a-time byte tests (each true byte of x sets the high bit of its byte in the result).
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// plainASCII8 reports whether the eight bytes of x are all plain ASCII string bytes: none below 0x20,
+// none a quote or a backslash, none 0x80 or above. (The "has a zero byte" test: (v-ones)&^v&highs is
+// non-zero exactly when some byte of v is zero.)
+func plainASCII8(x uint64) bool {
+	below := (x - ones*0x20) &^ x // some byte < 0x20, given none >= 0x80
+	quote := x ^ ones*'"'         // zero where a byte is '"'
+	bslash := x ^ ones*'\\'       // zero where a byte is '\\'
+	return (x|below|((quote-ones)&^quote)|((bslash-ones)&^bslash))&highs == 0
+}
+
+// PlainRun returns the index of the first byte of b at or after pos that is not a plain ASCII byte of
+// a JSON string (a quote, a backslash, a control character or a byte of 0x80 or above), or len(b). It
+// tests eight bytes at a time: the text of documents is mostly such runs.
+func PlainRun(b []byte, pos int) int {
+	for pos+8 <= len(b) && plainASCII8(binary.LittleEndian.Uint64(b[pos:])) {
+		pos += 8
+	}
+	for pos < len(b) {
+		if c := b[pos]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			return pos
+		}
+		pos++
+	}
+	return pos
 }

@@ -1,0 +1,461 @@
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"unsafe"
+)
+
+// DecodeResult decodes a StateStoreResult as a client reads it: tolerantly, the way json.Unmarshal
+// decodes into a Result (unknown fields are skipped, null leaves a field as it is or a pointer nil,
+// a repeated field decodes into what the earlier one set), except that field names must be spelled
+// exactly (json.Unmarshal also matches them ignoring case). It reads the bytes once, so a reply with a
+// large document costs one pass, where json.Unmarshal makes three. The result shares no memory with
+// data.
+func DecodeResult(data []byte, r *Result) error {
+	return decodeTop(data, func(d *replyDecoder, name string) error {
+		switch name {
+		case "request_id":
+			return d.int64(&r.RequestID)
+		case "ok":
+			return d.bool(&r.OK)
+		case "error":
+			return d.fallback(&r.Error)
+		case "entry":
+			return d.entryPtr(&r.Entry)
+		case "revision":
+			return d.uint64Ptr(&r.Revision)
+		case "entries":
+			return d.entries(&r.Entries)
+		case "next_after_key":
+			return d.string(&r.NextAfterKey)
+		case "watch":
+			return d.watchState(&r.Watch)
+		case "watch_id":
+			return d.string(&r.WatchID)
+		case "applied_sequence":
+			return d.uint64Ptr(&r.AppliedSequence)
+		case "server_id":
+			return d.string(&r.ServerID)
+		case "version":
+			return d.string(&r.Version)
+		case "epoch":
+			return d.string(&r.Epoch)
+		case "features":
+			return d.fallback(&r.Features)
+		case "bounds":
+			return d.fallback(&r.Bounds)
+		}
+		return d.skip()
+	})
+}
+
+// DecodeWatchMessage decodes a message of a watch's delivery subject as DecodeResult decodes a reply.
+func DecodeWatchMessage(data []byte, m *WatchMessage) error {
+	return decodeTop(data, func(d *replyDecoder, name string) error {
+		switch name {
+		case "watch_id":
+			return d.string(&m.WatchID)
+		case "watch_sequence":
+			return d.uint64(&m.WatchSequence)
+		case "revision":
+			return d.uint64(&m.Revision)
+		case "kind":
+			return d.string((*string)(&m.Kind))
+		case "key":
+			return d.string(&m.Key)
+		case "entry":
+			return d.entryPtr(&m.Entry)
+		case "reason":
+			return d.string((*string)(&m.Reason))
+		case "message":
+			return d.string(&m.Message)
+		}
+		return d.skip()
+	})
+}
+
+// replyDecoder reads one JSON text; pos is the next byte to read.
+type replyDecoder struct {
+	b   []byte
+	pos int
+}
+
+// errSyntax is wrapped by every decoding error that is not a type mismatch.
+var errSyntax = errors.New("invalid JSON")
+
+func (d *replyDecoder) syntax() error {
+	return fmt.Errorf("%w at offset %d", errSyntax, d.pos)
+}
+
+func (d *replyDecoder) space() {
+	for d.pos < len(d.b) {
+		switch d.b[d.pos] {
+		case ' ', '\t', '\r', '\n':
+			d.pos++
+		default:
+			return
+		}
+	}
+}
+
+// decodeTop reads data, one JSON object (or null, which sets nothing), calling field for each member
+// with the decoder at the member's value; field must read the value.
+func decodeTop(data []byte, field func(d *replyDecoder, name string) error) error {
+	d := &replyDecoder{b: data}
+	d.space()
+	if !d.null() {
+		if err := d.object(field); err != nil {
+			return err
+		}
+	}
+	d.space()
+	if d.pos != len(d.b) {
+		return d.syntax()
+	}
+	return nil
+}
+
+// null consumes a null literal if one is next.
+func (d *replyDecoder) null() bool {
+	if len(d.b)-d.pos >= 4 && string(d.b[d.pos:d.pos+4]) == "null" {
+		d.pos += 4
+		return true
+	}
+	return false
+}
+
+// object reads an object, calling field for each member.
+func (d *replyDecoder) object(field func(d *replyDecoder, name string) error) error {
+	if d.pos >= len(d.b) || d.b[d.pos] != '{' {
+		return d.mismatch("object")
+	}
+	d.pos++
+	d.space()
+	if d.pos < len(d.b) && d.b[d.pos] == '}' {
+		d.pos++
+		return nil
+	}
+	for {
+		d.space()
+		if d.pos >= len(d.b) || d.b[d.pos] != '"' {
+			return d.syntax()
+		}
+		name, err := d.str()
+		if err != nil {
+			return err
+		}
+		d.space()
+		if d.pos >= len(d.b) || d.b[d.pos] != ':' {
+			return d.syntax()
+		}
+		d.pos++
+		d.space()
+		if err := field(d, name); err != nil {
+			return err
+		}
+		if more, err := d.separator('}'); !more {
+			return err
+		}
+	}
+}
+
+// separator reads what follows a member or an element: a comma (more follow) or closing.
+func (d *replyDecoder) separator(closing byte) (more bool, err error) {
+	d.space()
+	if d.pos < len(d.b) {
+		switch d.b[d.pos] {
+		case ',':
+			d.pos++
+			return true, nil
+		case closing:
+			d.pos++
+			return false, nil
+		}
+	}
+	return false, d.syntax()
+}
+
+// mismatch is the error for a value of the wrong type (or no value) where a want is expected. Like
+// json.Unmarshal, a wrong type is an error; unlike it, decoding stops there.
+func (d *replyDecoder) mismatch(want string) error {
+	s := scanner{b: d.b, pos: d.pos}
+	if !s.value(0) {
+		return d.syntax()
+	}
+	return fmt.Errorf("cannot decode %s at offset %d into %s", d.b[d.pos:s.pos], d.pos, want)
+}
+
+// raw reads one value and returns its bytes.
+func (d *replyDecoder) raw() ([]byte, error) {
+	s := scanner{b: d.b, pos: d.pos}
+	if !s.value(0) {
+		return nil, d.syntax()
+	}
+	v := d.b[d.pos:s.pos]
+	d.pos = s.pos
+	return v, nil
+}
+
+func (d *replyDecoder) skip() error {
+	_, err := d.raw()
+	return err
+}
+
+// fallback decodes one value into v with json.Unmarshal: for the fields that are rare or small.
+func (d *replyDecoder) fallback(v any) error {
+	raw, err := d.raw()
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(raw, v)
+}
+
+// str reads a string token. A plain ASCII string (the usual case) is sliced without a copy of its own
+// bytes beyond the string conversion; one with escapes or non-ASCII bytes is decoded by encoding/json,
+// exactly as json.Unmarshal decodes it.
+func (d *replyDecoder) str() (string, error) {
+	start := d.pos
+	d.pos = PlainRun(d.b, d.pos+1)
+	if d.pos < len(d.b) && d.b[d.pos] == '"' {
+		d.pos++
+		return string(d.b[start+1 : d.pos-1]), nil
+	}
+	d.pos = start
+	raw, err := d.raw()
+	if err != nil {
+		return "", err
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
+func (d *replyDecoder) string(v *string) error {
+	if d.null() {
+		return nil
+	}
+	if d.pos >= len(d.b) || d.b[d.pos] != '"' {
+		return d.mismatch("string")
+	}
+	s, err := d.str()
+	if err != nil {
+		return err
+	}
+	*v = s
+	return nil
+}
+
+func (d *replyDecoder) bool(v *bool) error {
+	switch {
+	case d.null():
+	case len(d.b)-d.pos >= 4 && string(d.b[d.pos:d.pos+4]) == "true":
+		d.pos += 4
+		*v = true
+	case len(d.b)-d.pos >= 5 && string(d.b[d.pos:d.pos+5]) == "false":
+		d.pos += 5
+		*v = false
+	default:
+		return d.mismatch("bool")
+	}
+	return nil
+}
+
+// number reads a number token, or reports that the value is not a number.
+func (d *replyDecoder) number() ([]byte, bool, error) {
+	if d.pos >= len(d.b) || !(d.b[d.pos] == '-' || (d.b[d.pos] >= '0' && d.b[d.pos] <= '9')) {
+		return nil, false, nil
+	}
+	s := scanner{b: d.b, pos: d.pos}
+	if !s.num() {
+		return nil, false, d.syntax()
+	}
+	tok := d.b[d.pos:s.pos]
+	d.pos = s.pos
+	return tok, true, nil
+}
+
+// integer reads a number (or null, which sets nothing) and hands its text to parse; want names the
+// type for messages.
+func (d *replyDecoder) integer(want string, parse func(text string) error) error {
+	if d.null() {
+		return nil
+	}
+	tok, ok, err := d.number()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return d.mismatch(want)
+	}
+	if err := parse(unsafe.String(&tok[0], len(tok))); err != nil {
+		return fmt.Errorf("cannot decode number %s into %s", tok, want)
+	}
+	return nil
+}
+
+func (d *replyDecoder) uint64(v *uint64) error {
+	return d.integer("uint64", func(text string) error {
+		n, err := strconv.ParseUint(text, 10, 64)
+		if err == nil {
+			*v = n
+		}
+		return err
+	})
+}
+
+func (d *replyDecoder) int64(v *int64) error {
+	return d.integer("int64", func(text string) error {
+		n, err := strconv.ParseInt(text, 10, 64)
+		if err == nil {
+			*v = n
+		}
+		return err
+	})
+}
+
+func (d *replyDecoder) uint64Ptr(v **uint64) error {
+	if d.null() {
+		*v = nil
+		return nil
+	}
+	if *v == nil {
+		var n uint64
+		if err := d.uint64(&n); err != nil {
+			return err
+		}
+		*v = &n
+		return nil
+	}
+	return d.uint64(*v)
+}
+
+func (d *replyDecoder) entryPtr(v **Entry) error {
+	if d.null() {
+		*v = nil
+		return nil
+	}
+	e := *v
+	if e == nil {
+		e = new(Entry)
+	}
+	if err := d.entry(e); err != nil {
+		return err
+	}
+	*v = e
+	return nil
+}
+
+// entry decodes an Entry object into e. The document is copied: an entry kept from a long list must
+// not keep the whole reply alive.
+func (d *replyDecoder) entry(e *Entry) error {
+	return d.object(func(d *replyDecoder, name string) error {
+		switch name {
+		case "namespace":
+			return d.string(&e.Namespace)
+		case "key":
+			return d.string(&e.Key)
+		case "schema":
+			return d.string(&e.Schema)
+		case "owner":
+			return d.string(&e.Owner)
+		case "revision":
+			return d.uint64(&e.Revision)
+		case "created_at_ms":
+			return d.int64(&e.CreatedAtMs)
+		case "updated_at_ms":
+			return d.int64(&e.UpdatedAtMs)
+		case "ttl_ms":
+			return d.int64(&e.TTLMs)
+		case "expires_at_ms":
+			return d.int64(&e.ExpiresAtMs)
+		case "document":
+			raw, err := d.raw()
+			if err != nil {
+				return err
+			}
+			e.Document = append(e.Document[:0:0], raw...)
+			return nil
+		}
+		return d.skip()
+	})
+}
+
+// entries decodes an array of entries into *v as json.Unmarshal does: elements already in the slice
+// are decoded into, and the slice ends at the array's length; null sets it nil.
+func (d *replyDecoder) entries(v *[]Entry) error {
+	if d.null() {
+		*v = nil
+		return nil
+	}
+	if d.pos >= len(d.b) || d.b[d.pos] != '[' {
+		return d.mismatch("[]Entry")
+	}
+	d.pos++
+	es := *v
+	n := 0
+	d.space()
+	if d.pos < len(d.b) && d.b[d.pos] == ']' {
+		d.pos++
+		if es == nil {
+			es = []Entry{}
+		}
+		*v = es[:0]
+		return nil
+	}
+	for {
+		d.space()
+		if n == len(es) {
+			es = append(es, Entry{})
+		}
+		if !d.null() {
+			if err := d.entry(&es[n]); err != nil {
+				return err
+			}
+		}
+		n++
+		more, err := d.separator(']')
+		if err != nil {
+			return err
+		}
+		if !more {
+			*v = es[:n]
+			return nil
+		}
+	}
+}
+
+func (d *replyDecoder) watchState(v **WatchState) error {
+	if d.null() {
+		*v = nil
+		return nil
+	}
+	w := *v
+	if w == nil {
+		w = new(WatchState)
+	}
+	err := d.object(func(d *replyDecoder, name string) error {
+		switch name {
+		case "watch_id":
+			return d.string(&w.WatchID)
+		case "namespace":
+			return d.string(&w.Namespace)
+		case "key_prefix":
+			return d.string(&w.KeyPrefix)
+		case "snapshot_revision":
+			return d.uint64(&w.SnapshotRevision)
+		case "entries":
+			return d.entries(&w.Entries)
+		}
+		return d.skip()
+	})
+	if err != nil {
+		return err
+	}
+	*v = w
+	return nil
+}
