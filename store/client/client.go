@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -116,7 +115,7 @@ func (c *Client) nextID() int64 { return c.lastID.Add(1) }
 // a *wire.Error for a failed Result or when no state server answers, the NATS or context error
 // (wrapped) otherwise.
 func (c *Client) call(ctx context.Context, op wire.Op, id int64, req any) (wire.Result, error) {
-	data, err := json.Marshal(req)
+	data, err := wire.EncodeRequest(req)
 	if err != nil {
 		return wire.Result{}, fmt.Errorf("store/client: encode %s request: %w", op, err)
 	}

@@ -73,3 +73,30 @@ func htmlEscaped(b []byte) []byte {
 	json.HTMLEscape(&out, b)
 	return out.Bytes()
 }
+
+// EncodeRequest gives what json.Marshal gives (but for HTML escaping inside the document), and fails
+// where it fails.
+func FuzzEncodeRequestMatchesMarshal(f *testing.F) {
+	f.Add(int64(3), "user/alice", "k", "keeppeek.lease.v1", []byte(`{"a":[1,"x"]}`), int64(2), int64(5000), "g", true, int64(9))
+	f.Add(int64(0), "s<>&\u2028\"\\\n\x01\xff", "", "", []byte(" { \"a\" : \"<b>\" } "), int64(-1), int64(0), "", false, int64(-4))
+	f.Add(int64(1), "n", "k", "s", []byte(`{"a":`), int64(0), int64(0), "", false, int64(0))
+	f.Add(int64(1), "n", "k", "s", []byte(nil), int64(0), int64(0), "", false, int64(0))
+	f.Fuzz(func(t *testing.T, id int64, ns, key, schema string, doc []byte, exp, ttl int64, guardKey string, withPtrs bool, seq int64) {
+		put := wire.PutRequest{RequestID: id, Namespace: ns, Key: key, Schema: schema, Document: doc}
+		ack := wire.AckRequest{RequestID: id, WatchID: key}
+		if withPtrs {
+			put.ExpectedRevision, put.TTLMs, put.Guard = &exp, &ttl, &wire.Guard{Key: guardKey, Revision: exp}
+			ack.AppliedSequence = &seq
+		}
+		for _, req := range []any{&put, &ack} {
+			got, gerr := wire.EncodeRequest(req)
+			want, werr := json.Marshal(req)
+			if (gerr == nil) != (werr == nil) {
+				t.Fatalf("%+v: EncodeRequest error %v, Marshal error %v", req, gerr, werr)
+			}
+			if gerr == nil && string(htmlEscaped(got)) != string(want) {
+				t.Fatalf("EncodeRequest\n got %s\nwant %s", got, want)
+			}
+		}
+	})
+}

@@ -318,35 +318,37 @@ func (d *replyDecoder) int64(v *int64) error {
 	})
 }
 
-func (d *replyDecoder) uint64Ptr(v **uint64) error {
+// decodePtr decodes into *v as json.Unmarshal decodes into a pointer: null sets it nil, a value is
+// decoded into what it points to, allocated when nil.
+func decodePtr[T any](d *replyDecoder, v **T, read func(*T) error) error {
 	if d.null() {
 		*v = nil
 		return nil
 	}
-	if *v == nil {
-		var n uint64
-		if err := d.uint64(&n); err != nil {
-			return err
-		}
-		*v = &n
-		return nil
+	p := *v
+	if p == nil {
+		p = new(T)
 	}
-	return d.uint64(*v)
-}
-
-func (d *replyDecoder) entryPtr(v **Entry) error {
-	if d.null() {
-		*v = nil
-		return nil
-	}
-	e := *v
-	if e == nil {
-		e = new(Entry)
-	}
-	if err := d.entry(e); err != nil {
+	if err := read(p); err != nil {
 		return err
 	}
-	*v = e
+	*v = p
+	return nil
+}
+
+func (d *replyDecoder) uint64Ptr(v **uint64) error { return decodePtr(d, v, d.uint64) }
+
+func (d *replyDecoder) int64Ptr(v **int64) error { return decodePtr(d, v, d.int64) }
+
+func (d *replyDecoder) entryPtr(v **Entry) error { return decodePtr(d, v, d.entry) }
+
+// document reads a document value into *v, copied.
+func (d *replyDecoder) document(v *json.RawMessage) error {
+	raw, err := d.raw()
+	if err != nil {
+		return err
+	}
+	*v = append((*v)[:0:0], raw...)
 	return nil
 }
 
@@ -374,12 +376,7 @@ func (d *replyDecoder) entry(e *Entry) error {
 		case "expires_at_ms":
 			return d.int64(&e.ExpiresAtMs)
 		case "document":
-			raw, err := d.raw()
-			if err != nil {
-				return err
-			}
-			e.Document = append(e.Document[:0:0], raw...)
-			return nil
+			return d.document(&e.Document)
 		}
 		return d.skip()
 	})
@@ -430,32 +427,67 @@ func (d *replyDecoder) entries(v *[]Entry) error {
 }
 
 func (d *replyDecoder) watchState(v **WatchState) error {
-	if d.null() {
-		*v = nil
-		return nil
-	}
-	w := *v
-	if w == nil {
-		w = new(WatchState)
-	}
-	err := d.object(func(d *replyDecoder, name string) error {
-		switch name {
-		case "watch_id":
-			return d.string(&w.WatchID)
-		case "namespace":
-			return d.string(&w.Namespace)
-		case "key_prefix":
-			return d.string(&w.KeyPrefix)
-		case "snapshot_revision":
-			return d.uint64(&w.SnapshotRevision)
-		case "entries":
-			return d.entries(&w.Entries)
-		}
-		return d.skip()
+	return decodePtr(d, v, func(w *WatchState) error {
+		return d.object(func(d *replyDecoder, name string) error {
+			switch name {
+			case "watch_id":
+				return d.string(&w.WatchID)
+			case "namespace":
+				return d.string(&w.Namespace)
+			case "key_prefix":
+				return d.string(&w.KeyPrefix)
+			case "snapshot_revision":
+				return d.uint64(&w.SnapshotRevision)
+			case "entries":
+				return d.entries(&w.Entries)
+			}
+			return d.skip()
+		})
 	})
-	if err != nil {
-		return err
-	}
-	*v = w
-	return nil
+}
+
+// decodePut is Decode's reading of a put request, the largest and most frequent one, after
+// checkFieldNames has accepted its names: as json.Decoder with DisallowUnknownFields reads it, in one
+// pass.
+func decodePut(data []byte, r *PutRequest) error {
+	return decodeTop(data, func(d *replyDecoder, name string) error {
+		switch name {
+		case "request_id":
+			return d.int64(&r.RequestID)
+		case "namespace":
+			return d.string(&r.Namespace)
+		case "key":
+			return d.string(&r.Key)
+		case "schema":
+			return d.string(&r.Schema)
+		case "document":
+			return d.document(&r.Document)
+		case "expected_revision":
+			return d.int64Ptr(&r.ExpectedRevision)
+		case "ttl_ms":
+			return d.int64Ptr(&r.TTLMs)
+		case "guard":
+			raw, err := d.raw()
+			if err != nil {
+				return err
+			}
+			return strictJSON(raw, &r.Guard)
+		}
+		return fmt.Errorf("unknown field %q", name)
+	})
+}
+
+// decodeAck is Decode's reading of an ack request, as decodePut.
+func decodeAck(data []byte, r *AckRequest) error {
+	return decodeTop(data, func(d *replyDecoder, name string) error {
+		switch name {
+		case "request_id":
+			return d.int64(&r.RequestID)
+		case "watch_id":
+			return d.string(&r.WatchID)
+		case "applied_sequence":
+			return d.int64Ptr(&r.AppliedSequence)
+		}
+		return fmt.Errorf("unknown field %q", name)
+	})
 }

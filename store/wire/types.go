@@ -228,20 +228,43 @@ type WatchMessage struct {
 // case-sensitive), a duplicate field, an unknown field, trailing data and type mismatches are all
 // INVALID_ARGUMENT.
 func Decode(data []byte, v any) error {
-	trimmed := bytes.Trim(data, " \t\r\n")
-	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return Errorf(CodeInvalidArgument, "malformed request: not a JSON object")
-	}
-	if err := checkFieldNames(trimmed, reflect.TypeOf(v).Elem()); err != nil {
+	trimmed, err := requestObject(data, v)
+	if err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(trimmed))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	switch r := v.(type) {
+	case *PutRequest:
+		err = decodePut(trimmed, r)
+	case *AckRequest:
+		err = decodeAck(trimmed, r)
+	default:
+		err = strictJSON(trimmed, v)
+	}
+	if err != nil {
 		return Errorf(CodeInvalidArgument, "malformed request: %v", err)
 	}
+	return nil
+}
+
+// requestObject returns data less surrounding whitespace when it is an object whose member names are
+// exactly json tags of the struct v points to, each once.
+func requestObject(data []byte, v any) ([]byte, error) {
+	trimmed := bytes.Trim(data, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return nil, Errorf(CodeInvalidArgument, "malformed request: not a JSON object")
+	}
+	return trimmed, checkFieldNames(trimmed, reflect.TypeOf(v).Elem())
+}
+
+// strictJSON decodes exactly one JSON value into v with encoding/json, refusing unknown fields.
+func strictJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
 	if _, err := dec.Token(); err != io.EOF {
-		return Errorf(CodeInvalidArgument, "malformed request: trailing data")
+		return errors.New("trailing data")
 	}
 	return nil
 }
