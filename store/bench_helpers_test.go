@@ -105,6 +105,13 @@ func qualPercentile(sorted []time.Duration, p float64) time.Duration {
 
 func qualUs(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
+// p50 is the median sample.
+func (l *qualLatencies) p50() time.Duration {
+	s := slices.Clone(l.samples)
+	slices.Sort(s)
+	return qualPercentile(s, 50)
+}
+
 // report sorts the samples and reports p50-us, p95-us and max-us with the given metric prefix.
 func (l *qualLatencies) report(b *testing.B, prefix string) {
 	b.Helper()
