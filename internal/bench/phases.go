@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -30,6 +31,12 @@ func (r *runner) serial(ctx context.Context) (SerialResult, error) {
 	ops := r.cfg.Owners * r.cfg.Rounds
 	r.logf("serial CAS: %d ops (%d owners x %d rounds) over one connection", ops, r.cfg.Owners, r.cfg.Rounds)
 	c := r.conns[0]
+	var before []float64
+	if r.cfg.MetricsURL != "" {
+		if before, err = metricValues(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout, commitSum, commitCount); err != nil {
+			return SerialResult{}, err
+		}
+	}
 	lat := make([]time.Duration, 0, ops)
 	for range r.cfg.Rounds {
 		for o, key := range ks {
@@ -45,7 +52,17 @@ func (r *runner) serial(ctx context.Context) (SerialResult, error) {
 		}
 	}
 	s := summarize(lat)
-	return SerialResult{Ops: ops, Owners: r.cfg.Owners, Rounds: r.cfg.Rounds, P50US: s.p50, P95US: s.p95, MaxUS: s.max}, nil
+	res := SerialResult{Ops: ops, Owners: r.cfg.Owners, Rounds: r.cfg.Rounds, P50US: s.p50, P95US: s.p95, MaxUS: s.max}
+	if before != nil {
+		after, err := metricValues(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout, commitSum, commitCount)
+		if err != nil {
+			return SerialResult{}, err
+		}
+		if n := after[1] - before[1]; n > 0 {
+			res.CommitMeasured, res.CommitMeanUS = true, math.Round((after[0]-before[0])/n*1e6)
+		}
+	}
+	return res, nil
 }
 
 // writers: Writers goroutines, each with its own connection and key, Rounds compare-and-sets each,
@@ -285,35 +302,58 @@ func (r *runner) idle(ctx context.Context) (IdleResult, error) {
 
 // residentBytes reads process_resident_memory_bytes from a Prometheus text endpoint.
 func residentBytes(ctx context.Context, url string, timeout time.Duration) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	v, err := metricValues(ctx, url, timeout, "process_resident_memory_bytes")
 	if err != nil {
 		return 0, err
 	}
+	return v[0], nil
+}
+
+// metricValues reads the samples named names (without labels) from a Prometheus text endpoint, in
+// the order asked.
+func metricValues(ctx context.Context, url string, timeout time.Duration, names ...string) ([]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := (&http.Client{Timeout: timeout}).Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("read metrics: %w", err)
+		return nil, fmt.Errorf("read metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("read metrics: %s answers %s", url, resp.Status)
+		return nil, fmt.Errorf("read metrics: %s answers %s", url, resp.Status)
 	}
-	const name = "process_resident_memory_bytes"
+	values := make([]float64, len(names))
+	found := make([]bool, len(names))
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) >= 2 && f[0] == name {
+		if len(f) < 2 {
+			continue
+		}
+		if i := slices.Index(names, f[0]); i >= 0 {
 			v, err := strconv.ParseFloat(f[1], 64)
 			if err != nil {
-				return 0, fmt.Errorf("read metrics: %s %q: %w", name, f[1], err)
+				return nil, fmt.Errorf("read metrics: %s %q: %w", f[0], f[1], err)
 			}
-			return v, nil
+			values[i], found[i] = v, true
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("read metrics: %w", err)
+		return nil, fmt.Errorf("read metrics: %w", err)
 	}
-	return 0, fmt.Errorf("read metrics: %s has no %s (is it stated's /metrics?)", url, name)
+	if i := slices.Index(found, false); i >= 0 {
+		return nil, fmt.Errorf("read metrics: %s has no %s (is it stated's /metrics?)", url, names[i])
+	}
+	return values, nil
 }
+
+// Stated's commit latency histogram: its sum and count give the mean commit of a phase.
+const (
+	commitSum   = "state_commit_duration_seconds_sum"
+	commitCount = "state_commit_duration_seconds_count"
+)
 
 // parallel runs fn(worker, i) for every i in [0, n) on min(workers, n) goroutines; worker is the
 // goroutine's index, so it can pick a connection. After the first error no new i starts; that error
