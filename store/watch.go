@@ -86,6 +86,7 @@ type watchKey struct{ principal, id string }
 
 type watch struct {
 	key       watchKey
+	serial    uint64 // this registration's number: tells it from a later one with the same id
 	principal policy.Principal
 	ns        string
 	prefix    string
@@ -111,6 +112,7 @@ type registry struct {
 	byID         map[watchKey]*watch
 	byNS         map[string]map[*watch]struct{}
 	perPrincipal map[string]int64
+	serials      uint64 // registrations so far
 }
 
 func (r *registry) init(b wire.Bounds, o Observer) {
@@ -142,6 +144,8 @@ func (r *registry) admitLocked(k watchKey) error {
 }
 
 func (r *registry) addLocked(w *watch) {
+	r.serials++
+	w.serial = r.serials
 	r.byID[w.key] = w
 	set := r.byNS[w.ns]
 	if set == nil {
@@ -378,6 +382,42 @@ func (s *Store) Unwatch(ctx context.Context, p policy.Principal, req wire.Unwatc
 	}
 	r.removeLocked(w)
 	return nil
+}
+
+// WatchRef names one registration of a live watch: a later watch with the same principal and id is
+// another registration, with another WatchRef.
+type WatchRef struct {
+	Principal string
+	WatchID   string
+	serial    uint64
+}
+
+// LiveWatches returns the live watches, in no particular order.
+func (s *Store) LiveWatches() []WatchRef {
+	r := &s.watches
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	refs := make([]WatchRef, 0, len(r.byID))
+	for k, w := range r.byID {
+		refs = append(refs, WatchRef{Principal: k.principal, WatchID: k.id, serial: w.serial})
+	}
+	return refs
+}
+
+// DropWatch removes the watch registration ref names, as Unwatch does, and reports whether it was still
+// live; a later registration with the same id is left alone. It is for a transport that knows nobody
+// receives the watch's updates any more (its subscriber is gone), so no close message is sent: the
+// client, on reconnecting, must watch again anyway.
+func (s *Store) DropWatch(ref WatchRef) bool {
+	r := &s.watches
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.byID[watchKey{principal: ref.Principal, id: ref.WatchID}]
+	if w == nil || w.serial != ref.serial {
+		return false
+	}
+	r.removeLocked(w)
+	return true
 }
 
 // ReloadPrincipals re-evaluates every live watch against the principals lookup returns (false: the

@@ -359,3 +359,52 @@ func TestSnapshotSizeIsTheEncodedReply(t *testing.T) {
 		}
 	}
 }
+
+// DropWatch removes the registration it names, and only that one: a watch re-registered under the same
+// id after the ref was taken is left alone.
+func TestDropWatchNamesOneRegistration(t *testing.T) {
+	s, _ := openT(t, DefaultOptions())
+	ctx := ctxT(t)
+	_, ch := watchT(t, s, admin, "w", "service/tx", "")
+	refs := s.LiveWatches()
+	if len(refs) != 1 || refs[0].Principal != admin.ID || refs[0].WatchID != "w" {
+		t.Fatalf("LiveWatches = %+v", refs)
+	}
+	old := refs[0]
+	if err := s.Unwatch(ctx, admin, wire.UnwatchRequest{WatchID: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	_, ch2 := watchT(t, s, admin, "w", "service/tx", "")
+	if s.DropWatch(old) {
+		t.Fatal("a stale ref dropped the new registration")
+	}
+	mustPut(t, s, admin, putLease("service/tx", "k"))
+	if m := recv(t, ch2); m.Event == nil || m.Sequence != 1 {
+		t.Fatalf("new registration got %+v", m)
+	}
+	noMessage(t, ch)
+
+	cur := s.LiveWatches()
+	if len(cur) != 1 || cur[0] == old {
+		t.Fatalf("LiveWatches after re-registration = %+v (old %+v)", cur, old)
+	}
+	if !s.DropWatch(cur[0]) {
+		t.Fatal("DropWatch of the live registration reported false")
+	}
+	if s.DropWatch(cur[0]) {
+		t.Fatal("a second DropWatch reported true")
+	}
+	if n := len(s.LiveWatches()); n != 0 {
+		t.Fatalf("%d watches live after DropWatch", n)
+	}
+	// The slot is free again, and nothing more reaches the dropped watch, not even a close.
+	mustPut(t, s, admin, putLease("service/tx", "k"))
+	_, ch3 := watchT(t, s, admin, "w", "service/tx", "")
+	mustPut(t, s, admin, putLease("service/tx", "k"))
+	recv(t, ch3)
+	select {
+	case m := <-ch2:
+		t.Fatalf("dropped watch got %+v", m)
+	default:
+	}
+}

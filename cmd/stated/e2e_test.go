@@ -297,3 +297,53 @@ func TestE2EHeartbeatsEndInOneExpire(t *testing.T) {
 		t.Fatalf("metrics lack heartbeats or backend info")
 	}
 }
+
+// metricsText reads stated's /metrics.
+func metricsText(t *testing.T, s *e2e.Stated) string {
+	t.Helper()
+	resp, err := http.Get(s.HTTP() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
+// TestE2EWatchOfAVanishedClientIsDropped: with the embedded NATS server, a watch whose client
+// disconnected without unwatching is dropped after two sweeps find no subscriber, freeing its slot
+// (the principal can open the same watch id again, which WATCH_EXISTS refused before).
+func TestE2EWatchOfAVanishedClientIsDropped(t *testing.T) {
+	s := e2e.NewStated(t, e2e.Config{Principals: principals, WatchSweepMs: 50})
+	s.Start()
+	nc, _ := conn(t, s, "alice")
+	if _, err := nc.SubscribeSync(wire.WatchSubject(wire.DefaultPrefix, "alice", "w")); err != nil {
+		t.Fatal(err)
+	}
+	if r := request(t, nc, "alice", wire.OpWatch, `{"watch_id":"w","namespace":"user/alice"}`); !r.OK {
+		t.Fatalf("watch: %+v", r)
+	}
+	other, _ := conn(t, s, "alice")
+	if r := request(t, other, "alice", wire.OpWatch, `{"watch_id":"w","namespace":"user/alice"}`); r.OK || r.Error.Code != wire.CodeWatchExists {
+		t.Fatalf("second watch while the first is live: %+v", r)
+	}
+	nc.Close()
+
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(metricsText(t, s), "state_watches_dropped_total 1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the watch was not dropped:\n%s", metricsText(t, s))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	again, _ := conn(t, s, "alice")
+	if _, err := again.SubscribeSync(wire.WatchSubject(wire.DefaultPrefix, "alice", "w")); err != nil {
+		t.Fatal(err)
+	}
+	if r := request(t, again, "alice", wire.OpWatch, `{"watch_id":"w","namespace":"user/alice"}`); !r.OK {
+		t.Fatalf("watch again: %+v", r)
+	}
+}

@@ -114,6 +114,8 @@ type Config struct {
 	Extra string
 	// NATSURL, when set, makes stated use this external NATS server instead of an embedded one.
 	NATSURL string
+	// WatchSweepMs, when set, is [nats] watch_sweep_ms.
+	WatchSweepMs int64
 }
 
 // NewStated prepares a stated in a fresh directory with free ports; Start runs it.
@@ -134,6 +136,9 @@ func (s *Stated) WriteConfig(c Config) {
 	nats := fmt.Sprintf("listen = \"127.0.0.1:%d\"", s.NATSPort)
 	if c.NATSURL != "" {
 		nats = fmt.Sprintf("url = %q", c.NATSURL)
+	}
+	if c.WatchSweepMs != 0 {
+		nats += fmt.Sprintf("\nwatch_sweep_ms = %d", c.WatchSweepMs)
 	}
 	fmt.Fprintf(&b, "data_dir = %q\nhttp_listen = \"127.0.0.1:%d\"\n\n[nats]\n%s\n\n", filepath.Join(s.Dir, "data"), s.HTTPPort, nats)
 	for _, p := range c.Principals {

@@ -41,6 +41,9 @@ type NATSConfig struct {
 	User     string `toml:"user"`
 	Password string `toml:"password"`
 	Creds    string `toml:"creds"`
+	// WatchSweepMs is how often, with the embedded server, stated looks for watches whose subscriber
+	// is gone (a watch with none at two looks running is dropped, freeing its slot). 0: 15,000.
+	WatchSweepMs int64 `toml:"watch_sweep_ms"`
 }
 
 // PrincipalConfig is one principal and its NATS user: authenticated by Password (plain text or a
@@ -112,6 +115,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NATS.URL == "" && c.NATS.Listen == "" {
 		return fmt.Errorf("nats: set listen or url")
+	}
+	if c.NATS.WatchSweepMs != 0 && c.NATS.WatchSweepMs < 10 {
+		return fmt.Errorf("nats: watch_sweep_ms must be at least 10, got %d", c.NATS.WatchSweepMs)
 	}
 	seen := map[string]bool{}
 	for _, p := range c.Principals {

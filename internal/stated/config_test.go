@@ -25,6 +25,9 @@ func TestLoadConfig(t *testing.T) {
 data_dir = "/var/lib/kp"
 subject_prefix = "acme"
 
+[nats]
+watch_sweep_ms = 5000
+
 [[principals]]
 id = "coordinator"
 admin = true
@@ -50,7 +53,8 @@ revision = 2
 	if err != nil || b.MaxPendingUpdates != 8 || b.AckDeadlineMs != 1000 || b.MaxWatches != 1024 {
 		t.Fatalf("bounds %+v %v", b, err)
 	}
-	if c.DatabasePath() != "/var/lib/kp/state-store.db" || c.NATS.Listen != DefaultNATSListen || c.HTTPListen != DefaultHTTPListen {
+	if c.DatabasePath() != "/var/lib/kp/state-store.db" || c.NATS.Listen != DefaultNATSListen || c.HTTPListen != DefaultHTTPListen ||
+		c.NATS.WatchSweepMs != 5000 {
 		t.Fatalf("config %+v", c)
 	}
 	ps := c.PolicyPrincipals()
@@ -90,6 +94,7 @@ func TestLoadConfigRejects(t *testing.T) {
 		"two credentials":    "[[principals]]\nid = \"a\"\npassword = \"x\"\nnkey = \"UA\"\n",
 		"duplicate":          "[[principals]]\nid = \"a\"\npassword = \"x\"\n[[principals]]\nid = \"a\"\npassword = \"y\"\n",
 		"listen and url":     "[nats]\nlisten = \"127.0.0.1:1\"\nurl = \"nats://x:4222\"\n",
+		"tiny sweep":         "[nats]\nwatch_sweep_ms = 5\n",
 		"bad prefix":         "subject_prefix = \"kp.*\"\n",
 		"settings on system": "[state_store.settings.\"system\"]\n",
 		"not TOML":           "data_dir = \n",

@@ -234,8 +234,13 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		shutdownNATS()
 		return fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
-	srv, err := server.New(st, nc, server.Options{Prefix: cfg.SubjectPrefix, Principals: cfg.PolicyPrincipals(),
-		Version: "0.1.0", Logger: logger, Metrics: metrics})
+	sopts := server.Options{Prefix: cfg.SubjectPrefix, Principals: cfg.PolicyPrincipals(),
+		Version: "0.1.0", Logger: logger, Metrics: metrics, SweepInterval: time.Duration(cfg.NATS.WatchSweepMs) * time.Millisecond}
+	if ns != nil {
+		// Only the embedded server can say whether a watch's subscriber is still there.
+		sopts.Interest = func(subject string) bool { return ns.GlobalAccount().SubscriptionInterest(subject) }
+	}
+	srv, err := server.New(st, nc, sopts)
 	if err == nil {
 		err = srv.Start()
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keeppeek/coordination/internal/natsserver"
 	"github.com/keeppeek/coordination/store"
@@ -27,6 +28,9 @@ type Options struct {
 	Bounds *wire.Bounds
 	// DataDir holds state-store.db. Default: t.TempDir().
 	DataDir string
+	// WatchSweep, when set, has the server look this often for watches whose subscriber is gone
+	// (server.Options.Interest, answered by the embedded NATS server), and gives the Env Metrics.
+	WatchSweep time.Duration
 }
 
 // Env is a running state service.
@@ -35,7 +39,9 @@ type Env struct {
 	Store  *store.Store
 	Server *server.Server
 	NATS   *natsserver.Server
-	conn   *nats.Conn
+	// Metrics are the server's metrics, on a registry of their own; nil unless WatchSweep is set.
+	Metrics *server.Metrics
+	conn    *nats.Conn
 }
 
 // DefaultPrincipals are the principals of an Env started without any.
@@ -69,7 +75,13 @@ func Start(t testing.TB, o Options) *Env {
 		ns.Shutdown()
 		t.Fatalf("testenv: connect: %v", err)
 	}
-	srv, err := server.New(st, nc, server.Options{Principals: o.Principals})
+	sopts := server.Options{Principals: o.Principals}
+	if o.WatchSweep > 0 {
+		sopts.Metrics = server.NewMetrics(prometheus.NewRegistry())
+		sopts.Interest = func(subject string) bool { return ns.GlobalAccount().SubscriptionInterest(subject) }
+		sopts.SweepInterval = o.WatchSweep
+	}
+	srv, err := server.New(st, nc, sopts)
 	if err == nil {
 		err = srv.Start()
 	}
@@ -79,7 +91,7 @@ func Start(t testing.TB, o Options) *Env {
 		ns.Shutdown()
 		t.Fatalf("testenv: server: %v", err)
 	}
-	e := &Env{URL: ns.ClientURL(), Store: st, Server: srv, NATS: ns, conn: nc}
+	e := &Env{URL: ns.ClientURL(), Store: st, Server: srv, NATS: ns, Metrics: sopts.Metrics, conn: nc}
 	t.Cleanup(e.stop)
 	return e
 }

@@ -19,6 +19,8 @@ type Metrics struct {
 	CommitBatch    prometheus.Histogram
 	CommitFailures prometheus.Counter
 	WatchClosures  *prometheus.CounterVec
+	WatchSweeps    prometheus.Counter
+	WatchesDropped prometheus.Counter
 	Heartbeats     *prometheus.CounterVec
 	BackendInfo    *prometheus.GaugeVec
 }
@@ -47,6 +49,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		WatchClosures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "state_watch_closures_total", Help: "Watches closed by the server, by reason.",
 		}, []string{"reason"}),
+		WatchSweeps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "state_watch_sweeps_total", Help: "Looks for watches whose subscriber is gone (embedded NATS only).",
+		}),
+		WatchesDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "state_watches_dropped_total", Help: "Watches dropped because no one subscribed to their delivery subject any more.",
+		}),
 		Heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "state_heartbeats_total", Help: "Heartbeats seen, by outcome (accepted, dropped).",
 		}, []string{"outcome"}),
@@ -55,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"type"}),
 	}
 	reg.MustRegister(m.Requests, m.RequestSeconds, m.CommitSeconds, m.CommitBatch, m.CommitFailures,
-		m.WatchClosures, m.Heartbeats, m.BackendInfo,
+		m.WatchClosures, m.WatchSweeps, m.WatchesDropped, m.Heartbeats, m.BackendInfo,
 		collectors.NewBuildInfoCollector(), collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -40,6 +40,14 @@ type Options struct {
 	Metrics *Metrics
 	// RequestTimeout bounds how long one request may wait on the engine. Default 30 s.
 	RequestTimeout time.Duration
+	// Interest, when set, reports whether anyone subscribes to a subject (an embedded NATS server can
+	// tell; a client of an external one cannot). The server then looks every SweepInterval for watches
+	// whose delivery subject has no subscriber, and drops one that has none at two looks running: its
+	// client is gone (closed, crashed or cut off), and a client that comes back must watch again
+	// anyway, so the watch would only hold one of its principal's slots until an update timed it out.
+	Interest func(subject string) bool
+	// SweepInterval is how often the server looks for such watches. Default 15 s.
+	SweepInterval time.Duration
 }
 
 // Server serves one store over one NATS connection.
@@ -63,6 +71,7 @@ type Server struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	stopOnce sync.Once
+	swept    chan struct{} // closed when the sweeper has returned (nil: no sweeper)
 }
 
 // New makes a Server; Start begins serving.
@@ -81,6 +90,12 @@ func New(st *store.Store, nc *nats.Conn, opts Options) (*Server, error) {
 	}
 	if opts.RequestTimeout == 0 {
 		opts.RequestTimeout = 30 * time.Second
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = 15 * time.Second
+	}
+	if opts.SweepInterval < 0 {
+		return nil, fmt.Errorf("server: negative sweep interval %v", opts.SweepInterval)
 	}
 	s := &Server{st: st, nc: nc, opts: opts}
 	if err := s.setPrincipals(opts.Principals); err != nil {
@@ -159,7 +174,47 @@ func (s *Server) Start() error {
 		return fmt.Errorf("server: heartbeat subscription: %w", err)
 	}
 	s.svc, s.hbSub = svc, sub
+	if s.opts.Interest != nil {
+		s.swept = make(chan struct{})
+		go s.sweep()
+	}
 	return s.nc.Flush()
+}
+
+// sweep drops, every SweepInterval, the watches whose delivery subject had no subscriber at this look
+// and the one before (see Options.Interest), until the server stops.
+func (s *Server) sweep() {
+	defer close(s.swept)
+	t := time.NewTicker(s.opts.SweepInterval)
+	defer t.Stop()
+	missing := map[store.WatchRef]bool{} // no subscriber at the last look
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		next := map[store.WatchRef]bool{}
+		for _, ref := range s.st.LiveWatches() {
+			if s.opts.Interest(wire.WatchSubject(s.opts.Prefix, ref.Principal, ref.WatchID)) {
+				continue
+			}
+			if !missing[ref] {
+				next[ref] = true
+				continue
+			}
+			if s.st.DropWatch(ref) {
+				s.opts.Logger.Info("dropped a watch whose subscriber is gone", "principal", ref.Principal, "watch_id", ref.WatchID)
+				if m := s.opts.Metrics; m != nil {
+					m.WatchesDropped.Inc()
+				}
+			}
+		}
+		missing = next
+		if m := s.opts.Metrics; m != nil {
+			m.WatchSweeps.Inc()
+		}
+	}
 }
 
 // Stop stops taking requests and heartbeats, waits for the requests in flight (until ctx ends), then
@@ -188,6 +243,9 @@ func (s *Server) Stop(ctx context.Context) error {
 			err = errors.Join(err, fmt.Errorf("server: requests still in flight: %w", ctx.Err()))
 		}
 		s.cancel()
+		if s.swept != nil {
+			<-s.swept
+		}
 		s.backups.closeAll()
 		err = errors.Join(err, s.st.Close())
 		if !s.nc.IsClosed() {
