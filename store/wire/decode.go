@@ -15,7 +15,7 @@ import (
 // large document costs one pass, where json.Unmarshal makes three. The result shares no memory with
 // data.
 func DecodeResult(data []byte, r *Result) error {
-	return decodeTop(data, func(d *replyDecoder, name string) error {
+	return decodeTop(data, func(d *decoder, name string) error {
 		switch name {
 		case "request_id":
 			return d.int64(&r.RequestID)
@@ -54,7 +54,7 @@ func DecodeResult(data []byte, r *Result) error {
 
 // DecodeWatchMessage decodes a message of a watch's delivery subject as DecodeResult decodes a reply.
 func DecodeWatchMessage(data []byte, m *WatchMessage) error {
-	return decodeTop(data, func(d *replyDecoder, name string) error {
+	return decodeTop(data, func(d *decoder, name string) error {
 		switch name {
 		case "watch_id":
 			return d.string(&m.WatchID)
@@ -77,8 +77,9 @@ func DecodeWatchMessage(data []byte, m *WatchMessage) error {
 	})
 }
 
-// replyDecoder reads one JSON text; pos is the next byte to read.
-type replyDecoder struct {
+// decoder reads one JSON text in one pass, for the one-pass decoders of replies, watch messages and
+// the frequent requests; pos is the next byte to read.
+type decoder struct {
 	b   []byte
 	pos int
 }
@@ -86,11 +87,11 @@ type replyDecoder struct {
 // errSyntax is wrapped by every decoding error that is not a type mismatch.
 var errSyntax = errors.New("invalid JSON")
 
-func (d *replyDecoder) syntax() error {
+func (d *decoder) syntax() error {
 	return fmt.Errorf("%w at offset %d", errSyntax, d.pos)
 }
 
-func (d *replyDecoder) space() {
+func (d *decoder) space() {
 	for d.pos < len(d.b) {
 		switch d.b[d.pos] {
 		case ' ', '\t', '\r', '\n':
@@ -103,8 +104,8 @@ func (d *replyDecoder) space() {
 
 // decodeTop reads data, one JSON object (or null, which sets nothing), calling field for each member
 // with the decoder at the member's value; field must read the value.
-func decodeTop(data []byte, field func(d *replyDecoder, name string) error) error {
-	d := &replyDecoder{b: data}
+func decodeTop(data []byte, field func(d *decoder, name string) error) error {
+	d := &decoder{b: data}
 	d.space()
 	if !d.null() {
 		if err := d.object(field); err != nil {
@@ -119,7 +120,7 @@ func decodeTop(data []byte, field func(d *replyDecoder, name string) error) erro
 }
 
 // null consumes a null literal if one is next.
-func (d *replyDecoder) null() bool {
+func (d *decoder) null() bool {
 	if len(d.b)-d.pos >= 4 && string(d.b[d.pos:d.pos+4]) == "null" {
 		d.pos += 4
 		return true
@@ -128,7 +129,7 @@ func (d *replyDecoder) null() bool {
 }
 
 // object reads an object, calling field for each member.
-func (d *replyDecoder) object(field func(d *replyDecoder, name string) error) error {
+func (d *decoder) object(field func(d *decoder, name string) error) error {
 	if d.pos >= len(d.b) || d.b[d.pos] != '{' {
 		return d.mismatch("object")
 	}
@@ -163,7 +164,7 @@ func (d *replyDecoder) object(field func(d *replyDecoder, name string) error) er
 }
 
 // separator reads what follows a member or an element: a comma (more follow) or closing.
-func (d *replyDecoder) separator(closing byte) (more bool, err error) {
+func (d *decoder) separator(closing byte) (more bool, err error) {
 	d.space()
 	if d.pos < len(d.b) {
 		switch d.b[d.pos] {
@@ -180,7 +181,7 @@ func (d *replyDecoder) separator(closing byte) (more bool, err error) {
 
 // mismatch is the error for a value of the wrong type (or no value) where a want is expected. Like
 // json.Unmarshal, a wrong type is an error; unlike it, decoding stops there.
-func (d *replyDecoder) mismatch(want string) error {
+func (d *decoder) mismatch(want string) error {
 	s := scanner{b: d.b, pos: d.pos}
 	if !s.value(0) {
 		return d.syntax()
@@ -189,7 +190,7 @@ func (d *replyDecoder) mismatch(want string) error {
 }
 
 // raw reads one value and returns its bytes.
-func (d *replyDecoder) raw() ([]byte, error) {
+func (d *decoder) raw() ([]byte, error) {
 	s := scanner{b: d.b, pos: d.pos}
 	if !s.value(0) {
 		return nil, d.syntax()
@@ -199,13 +200,13 @@ func (d *replyDecoder) raw() ([]byte, error) {
 	return v, nil
 }
 
-func (d *replyDecoder) skip() error {
+func (d *decoder) skip() error {
 	_, err := d.raw()
 	return err
 }
 
 // fallback decodes one value into v with json.Unmarshal: for the fields that are rare or small.
-func (d *replyDecoder) fallback(v any) error {
+func (d *decoder) fallback(v any) error {
 	raw, err := d.raw()
 	if err != nil {
 		return err
@@ -216,7 +217,7 @@ func (d *replyDecoder) fallback(v any) error {
 // str reads a string token. A plain ASCII string (the usual case) is sliced without a copy of its own
 // bytes beyond the string conversion; one with escapes or non-ASCII bytes is decoded by encoding/json,
 // exactly as json.Unmarshal decodes it.
-func (d *replyDecoder) str() (string, error) {
+func (d *decoder) str() (string, error) {
 	start := d.pos
 	d.pos = PlainRun(d.b, d.pos+1)
 	if d.pos < len(d.b) && d.b[d.pos] == '"' {
@@ -235,7 +236,7 @@ func (d *replyDecoder) str() (string, error) {
 	return s, nil
 }
 
-func (d *replyDecoder) string(v *string) error {
+func (d *decoder) string(v *string) error {
 	if d.null() {
 		return nil
 	}
@@ -250,7 +251,7 @@ func (d *replyDecoder) string(v *string) error {
 	return nil
 }
 
-func (d *replyDecoder) bool(v *bool) error {
+func (d *decoder) bool(v *bool) error {
 	switch {
 	case d.null():
 	case len(d.b)-d.pos >= 4 && string(d.b[d.pos:d.pos+4]) == "true":
@@ -266,7 +267,7 @@ func (d *replyDecoder) bool(v *bool) error {
 }
 
 // number reads a number token, or reports that the value is not a number.
-func (d *replyDecoder) number() ([]byte, bool, error) {
+func (d *decoder) number() ([]byte, bool, error) {
 	if d.pos >= len(d.b) || !(d.b[d.pos] == '-' || (d.b[d.pos] >= '0' && d.b[d.pos] <= '9')) {
 		return nil, false, nil
 	}
@@ -281,7 +282,7 @@ func (d *replyDecoder) number() ([]byte, bool, error) {
 
 // integer reads a number (or null, which sets nothing) and hands its text to parse; want names the
 // type for messages.
-func (d *replyDecoder) integer(want string, parse func(text string) error) error {
+func (d *decoder) integer(want string, parse func(text string) error) error {
 	if d.null() {
 		return nil
 	}
@@ -298,7 +299,7 @@ func (d *replyDecoder) integer(want string, parse func(text string) error) error
 	return nil
 }
 
-func (d *replyDecoder) uint64(v *uint64) error {
+func (d *decoder) uint64(v *uint64) error {
 	return d.integer("uint64", func(text string) error {
 		n, err := strconv.ParseUint(text, 10, 64)
 		if err == nil {
@@ -308,7 +309,7 @@ func (d *replyDecoder) uint64(v *uint64) error {
 	})
 }
 
-func (d *replyDecoder) int64(v *int64) error {
+func (d *decoder) int64(v *int64) error {
 	return d.integer("int64", func(text string) error {
 		n, err := strconv.ParseInt(text, 10, 64)
 		if err == nil {
@@ -320,7 +321,7 @@ func (d *replyDecoder) int64(v *int64) error {
 
 // decodePtr decodes into *v as json.Unmarshal decodes into a pointer: null sets it nil, a value is
 // decoded into what it points to, allocated when nil.
-func decodePtr[T any](d *replyDecoder, v **T, read func(*T) error) error {
+func decodePtr[T any](d *decoder, v **T, read func(*T) error) error {
 	if d.null() {
 		*v = nil
 		return nil
@@ -336,14 +337,14 @@ func decodePtr[T any](d *replyDecoder, v **T, read func(*T) error) error {
 	return nil
 }
 
-func (d *replyDecoder) uint64Ptr(v **uint64) error { return decodePtr(d, v, d.uint64) }
+func (d *decoder) uint64Ptr(v **uint64) error { return decodePtr(d, v, d.uint64) }
 
-func (d *replyDecoder) int64Ptr(v **int64) error { return decodePtr(d, v, d.int64) }
+func (d *decoder) int64Ptr(v **int64) error { return decodePtr(d, v, d.int64) }
 
-func (d *replyDecoder) entryPtr(v **Entry) error { return decodePtr(d, v, d.entry) }
+func (d *decoder) entryPtr(v **Entry) error { return decodePtr(d, v, d.entry) }
 
 // document reads a document value into *v, copied.
-func (d *replyDecoder) document(v *json.RawMessage) error {
+func (d *decoder) document(v *json.RawMessage) error {
 	raw, err := d.raw()
 	if err != nil {
 		return err
@@ -354,8 +355,8 @@ func (d *replyDecoder) document(v *json.RawMessage) error {
 
 // entry decodes an Entry object into e. The document is copied: an entry kept from a long list must
 // not keep the whole reply alive.
-func (d *replyDecoder) entry(e *Entry) error {
-	return d.object(func(d *replyDecoder, name string) error {
+func (d *decoder) entry(e *Entry) error {
+	return d.object(func(d *decoder, name string) error {
 		switch name {
 		case "namespace":
 			return d.string(&e.Namespace)
@@ -384,7 +385,7 @@ func (d *replyDecoder) entry(e *Entry) error {
 
 // entries decodes an array of entries into *v as json.Unmarshal does: elements already in the slice
 // are decoded into, and the slice ends at the array's length; null sets it nil.
-func (d *replyDecoder) entries(v *[]Entry) error {
+func (d *decoder) entries(v *[]Entry) error {
 	if d.null() {
 		*v = nil
 		return nil
@@ -426,9 +427,9 @@ func (d *replyDecoder) entries(v *[]Entry) error {
 	}
 }
 
-func (d *replyDecoder) watchState(v **WatchState) error {
+func (d *decoder) watchState(v **WatchState) error {
 	return decodePtr(d, v, func(w *WatchState) error {
-		return d.object(func(d *replyDecoder, name string) error {
+		return d.object(func(d *decoder, name string) error {
 			switch name {
 			case "watch_id":
 				return d.string(&w.WatchID)
@@ -450,7 +451,7 @@ func (d *replyDecoder) watchState(v **WatchState) error {
 // checkFieldNames has accepted its names: as json.Decoder with DisallowUnknownFields reads it, in one
 // pass.
 func decodePut(data []byte, r *PutRequest) error {
-	return decodeTop(data, func(d *replyDecoder, name string) error {
+	return decodeTop(data, func(d *decoder, name string) error {
 		switch name {
 		case "request_id":
 			return d.int64(&r.RequestID)
@@ -479,7 +480,7 @@ func decodePut(data []byte, r *PutRequest) error {
 
 // decodeAck is Decode's reading of an ack request, as decodePut.
 func decodeAck(data []byte, r *AckRequest) error {
-	return decodeTop(data, func(d *replyDecoder, name string) error {
+	return decodeTop(data, func(d *decoder, name string) error {
 		switch name {
 		case "request_id":
 			return d.int64(&r.RequestID)
