@@ -39,6 +39,10 @@ func FuzzGuard(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		err := Guard(data)
 		checkErr(t, err)
+		// The allocation-free pass and the reporting walk judge every document alike.
+		if v, derr := decode(data); derr == nil && guardPasses(v) != (guardReport(v, nil) == nil) {
+			t.Fatalf("guardPasses %v but guardReport %v for %q", guardPasses(v), guardReport(v, nil), data)
+		}
 		if err == nil && !json.Valid(data) {
 			t.Fatalf("Guard accepted invalid JSON %q", data)
 		}
