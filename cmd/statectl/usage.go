@@ -113,7 +113,7 @@ const usageBench = `Usage: statectl bench [flags]
 Measure a running stated as admin principals (the defaults are the qualification workload):
   1. serial CAS: --owners keys in NS, each rewritten --rounds times with expected_revision set to its
      previous revision, one at a time: p50, p95, max latency, and stated's mean commit (fsync
-     included) from --metrics-url: the disk's share;
+     included) from --metrics-url: the disk's share; first, 200 info requests: the round trip's share;
   2. --writers concurrent writers, one connection and key each, --rounds CAS each: ops/s, p50, p95;
   3. fanout: --watches watches of one key over --connections connections, --rounds puts: the time
      from the start of a put until the last watcher has it (every watcher acknowledges): p50, p95;

@@ -125,7 +125,7 @@ func TestReportTable(t *testing.T) {
 			t.Errorf("row %s = %q, want %q in it\n%s", name, rows[name], want, b.String())
 		}
 	}
-	if len(rep.Figures()) != 10 {
+	if len(rep.Figures()) != 11 {
 		t.Fatalf("%d figures", len(rep.Figures()))
 	}
 }

@@ -5,7 +5,8 @@
 //  1. serial compare-and-set: Owners keys (cas/o-NNN, created first, unmeasured), each rewritten
 //     Rounds times with expected_revision set to its previous revision, one request at a time over
 //     one connection; p50, p95 and max latency, and (with a metrics URL) stated's mean database
-//     commit over the phase, from state_commit_duration_seconds: the disk's share of a put;
+//     commit over the phase, from state_commit_duration_seconds: the disk's share of a put; before it,
+//     the p50 round trip of 200 info requests: the transport's share;
 //  2. concurrent writers: Writers goroutines, each with its own connection and key (writers/w-NNN),
 //     Rounds compare-and-sets each, all at once; throughput, p50 and p95;
 //  3. fanout: Watches watches of one key (fanout/k) spread over Connections connections, Rounds puts;

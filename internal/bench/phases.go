@@ -31,6 +31,14 @@ func (r *runner) serial(ctx context.Context) (SerialResult, error) {
 	ops := r.cfg.Owners * r.cfg.Rounds
 	r.logf("serial CAS: %d ops (%d owners x %d rounds) over one connection", ops, r.cfg.Owners, r.cfg.Rounds)
 	c := r.conns[0]
+	rtt := make([]time.Duration, 0, rttRequests)
+	for range rttRequests {
+		start := time.Now()
+		if _, err := c.Info(ctx); err != nil {
+			return SerialResult{}, fmt.Errorf("info: %w", err)
+		}
+		rtt = append(rtt, time.Since(start))
+	}
 	var before []float64
 	if r.cfg.MetricsURL != "" {
 		if before, err = metricValues(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout, commitSum, commitCount); err != nil {
@@ -52,7 +60,8 @@ func (r *runner) serial(ctx context.Context) (SerialResult, error) {
 		}
 	}
 	s := summarize(lat)
-	res := SerialResult{Ops: ops, Owners: r.cfg.Owners, Rounds: r.cfg.Rounds, P50US: s.p50, P95US: s.p95, MaxUS: s.max}
+	res := SerialResult{Ops: ops, Owners: r.cfg.Owners, Rounds: r.cfg.Rounds, P50US: s.p50, P95US: s.p95, MaxUS: s.max,
+		RequestRTTP50US: summarize(rtt).p50}
 	if before != nil {
 		after, err := metricValues(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout, commitSum, commitCount)
 		if err != nil {
@@ -348,6 +357,9 @@ func metricValues(ctx context.Context, url string, timeout time.Duration, names 
 	}
 	return values, nil
 }
+
+// rttRequests is how many info requests measure a request's round trip before the serial phase.
+const rttRequests = 200
 
 // Stated's commit latency histogram: its sum and count give the mean commit of a phase.
 const (

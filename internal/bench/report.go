@@ -34,6 +34,9 @@ type SerialResult struct {
 	// metrics: how much of a put is the disk. CommitMeasured is false without a metrics URL.
 	CommitMeanUS   float64 `json:"commit_mean_us,omitempty"`
 	CommitMeasured bool    `json:"commit_measured"`
+	// RequestRTTP50US is the p50 round trip of an info request over the same connection, measured
+	// before the phase: the transport's and the server's share of a request that writes nothing.
+	RequestRTTP50US float64 `json:"request_rtt_p50_us"`
 }
 
 // WritersResult is the concurrent writers phase.
@@ -85,6 +88,7 @@ func (r *Report) Figures() []Figure {
 		{"serial-cas-p95-us", r.SerialCAS.P95US, true},
 		{"serial-cas-max-us", r.SerialCAS.MaxUS, true},
 		{"serial-commit-mean-us", r.SerialCAS.CommitMeanUS, r.SerialCAS.CommitMeasured},
+		{"request-rtt-p50-us", r.SerialCAS.RequestRTTP50US, true},
 		{fmt.Sprintf("writers-%d-ops/s", w), r.Writers.OpsPerSec, true},
 		{fmt.Sprintf("writers-%d-p50-us", w), r.Writers.P50US, true},
 		{fmt.Sprintf("writers-%d-p95-us", w), r.Writers.P95US, true},
@@ -98,11 +102,12 @@ func (r *Report) Figures() []Figure {
 func (r *Report) WriteTable(out io.Writer) error {
 	s, w, f, i := r.SerialCAS, r.Writers, r.Fanout, r.Idle
 	notes := map[int]string{
-		0: fmt.Sprintf("%d ops: %d owners x %d rounds, one connection, keys cas/o-*", s.Ops, s.Owners, s.Rounds),
-		3: "stated's mean database commit (fsync included) in the serial phase, from its metrics",
-		4: fmt.Sprintf("%d ops: %d writers x %d CAS, one connection each, %.2f s", w.Ops, w.Writers, w.Ops/max(w.Writers, 1), w.Seconds),
-		7: fmt.Sprintf("%d watches over %d connections (%d principal(s)), %d puts; until the last watcher has it", f.Watches, f.Connections, f.Principals, f.Rounds),
-		9: fmt.Sprintf("%d entries written (%d bench entries in the namespace), then idle", i.Entries, i.BenchEntries),
+		0:  fmt.Sprintf("%d ops: %d owners x %d rounds, one connection, keys cas/o-*", s.Ops, s.Owners, s.Rounds),
+		3:  "stated's mean database commit (fsync included) in the serial phase, from its metrics",
+		4:  fmt.Sprintf("%d info requests over the same connection: a request that writes nothing", rttRequests),
+		5:  fmt.Sprintf("%d ops: %d writers x %d CAS, one connection each, %.2f s", w.Ops, w.Writers, w.Ops/max(w.Writers, 1), w.Seconds),
+		8:  fmt.Sprintf("%d watches over %d connections (%d principal(s)), %d puts; until the last watcher has it", f.Watches, f.Connections, f.Principals, f.Rounds),
+		10: fmt.Sprintf("%d entries written (%d bench entries in the namespace), then idle", i.Entries, i.BenchEntries),
 	}
 	fmt.Fprintf(out, "stated %s, namespace %s, %d-byte %s documents\n\n", r.ServerVersion, r.Namespace, r.DocumentBytes, r.Schema)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
