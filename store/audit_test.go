@@ -58,30 +58,44 @@ func TestAuditRetentionKeepsChainVerifiable(t *testing.T) {
 	}
 }
 
+// auditHolder is the bucket that holds audit record seq: the log or its tail.
+func auditHolder(tx *bolt.Tx, seq uint64) *bolt.Bucket {
+	if tail := tx.Bucket(bucketAuditTail); tail.Get(seqKey(seq)) != nil {
+		return tail
+	}
+	return tx.Bucket(bucketAudit)
+}
+
 func TestAuditVerifyFindsTampering(t *testing.T) {
+	edit := func(seq uint64, change func(r *auditRecord)) func(tx *bolt.Tx) error {
+		return func(tx *bolt.Tx) error {
+			b := auditHolder(tx, seq)
+			var r auditRecord
+			if err := json.Unmarshal(b.Get(seqKey(seq)), &r); err != nil {
+				return err
+			}
+			change(&r)
+			v, _ := json.Marshal(r)
+			return b.Put(seqKey(seq), v)
+		}
+	}
+	// Five puts of ~330-byte records: the tail keeps two inline and moves them with the third, so records
+	// 1 to 3 are in the log, 4 and 5 in its tail.
 	for _, c := range []struct {
 		name   string
-		tamper func(b *bolt.Bucket) error
+		tamper func(tx *bolt.Tx) error
 		broken uint64
 		want   string
 	}{
-		{"edited record", func(b *bolt.Bucket) error {
-			var r auditRecord
-			_ = json.Unmarshal(b.Get(seqKey(3)), &r)
-			r.Principal = "mallory"
-			v, _ := json.Marshal(r)
-			return b.Put(seqKey(3), v)
-		}, 3, "does not match the record's content"},
-		{"removed record", func(b *bolt.Bucket) error { return b.Delete(seqKey(2)) }, 2, "sequence jumps"},
-		{"garbage record", func(b *bolt.Bucket) error { return b.Put(seqKey(4), []byte("{")) }, 4, "does not decode"},
-		{"relinked record", func(b *bolt.Bucket) error {
-			var r auditRecord
-			_ = json.Unmarshal(b.Get(seqKey(4)), &r)
+		{"edited record", edit(3, func(r *auditRecord) { r.Principal = "mallory" }), 3, "does not match the record's content"},
+		{"edited tail record", edit(5, func(r *auditRecord) { r.Key = "other" }), 5, "does not match the record's content"},
+		{"removed record", func(tx *bolt.Tx) error { return auditHolder(tx, 2).Delete(seqKey(2)) }, 2, "sequence jumps"},
+		{"removed tail record", func(tx *bolt.Tx) error { return auditHolder(tx, 4).Delete(seqKey(4)) }, 4, "sequence jumps"},
+		{"garbage record", func(tx *bolt.Tx) error { return auditHolder(tx, 4).Put(seqKey(4), []byte("{")) }, 4, "does not decode"},
+		{"relinked record", edit(4, func(r *auditRecord) {
 			r.PrevHash = strings.Repeat("0", 64)
 			r.Hash = r.computeHash()
-			v, _ := json.Marshal(r)
-			return b.Put(seqKey(4), v)
-		}, 4, "prev_hash"},
+		}), 4, "prev_hash"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s, path := openT(t, DefaultOptions())
@@ -93,7 +107,15 @@ func TestAuditVerifyFindsTampering(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := db.Update(func(tx *bolt.Tx) error { return c.tamper(tx.Bucket(bucketAudit)) }); err != nil {
+			if err := db.View(func(tx *bolt.Tx) error {
+				if n := tx.Bucket(bucketAudit).Stats().KeyN; n != 3 {
+					t.Errorf("the log holds %d records, want 3", n)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Update(c.tamper); err != nil {
 				t.Fatal(err)
 			}
 			db.Close()

@@ -20,25 +20,33 @@ import (
 	"github.com/keeppeek/coordination/store/wire"
 )
 
-// The bbolt layout, format 2:
+// The bbolt layout, format 3:
 //
-//	meta        format -> "2", epoch -> string, total_bytes -> decimal,
+//	meta        format -> "3", epoch -> string, total_bytes -> decimal,
 //	            audit_head -> {"seq","hash"}, audit_checkpoint -> {"seq","hash"}
 //	entries     <namespace> 0x00 -> the namespace's counters {"revision","entries","bytes"}
 //	            <namespace> 0x00 <key> -> StateEntry JSON
 //	audit       <seq, 8 bytes big-endian> -> audit record JSON
+//	audit_tail  <seq, 8 bytes big-endian> -> audit record JSON: the newest records, at most a few
 //
 // A namespace's counters sort just before its entries, so a commit usually rewrites one leaf for both.
+// A commit appends its audit records to audit_tail, a bucket small enough for bbolt to keep inline in
+// the root page that every commit rewrites anyway; once it outgrows that (a quarter page), the commit
+// moves its records into audit, whose growing tree costs a leaf and a branch page to write. A lone
+// writer so writes the big log once every few commits instead of every time. The chain is audit then
+// audit_tail, in sequence order.
 // Format 1 kept the counters in a bucket of their own ("namespaces"); migrations[1] moves them.
+// Format 2 had no audit_tail; migrations[2] adds it.
 //
 // A format N+1 adds a migration from N to migrations below; Open runs the chain of migrations in one
 // transaction before validating, and refuses formats it does not know.
-const formatVersion = 2
+const formatVersion = 3
 
 var (
 	bucketMeta         = []byte("meta")
 	bucketEntries      = []byte("entries")
 	bucketAudit        = []byte("audit")
+	bucketAuditTail    = []byte("audit_tail")
 	bucketNamespacesV1 = []byte("namespaces") // format 1 only
 
 	metaFormat          = []byte("format")
@@ -47,12 +55,13 @@ var (
 	metaAuditHead       = []byte("audit_head")
 	metaAuditCheckpoint = []byte("audit_checkpoint")
 
-	allBuckets = [][]byte{bucketMeta, bucketEntries, bucketAudit}
+	allBuckets = [][]byte{bucketMeta, bucketEntries, bucketAudit, bucketAuditTail}
 )
 
 // migrations[n] upgrades a format-n database to format n+1 inside one write transaction.
 var migrations = map[int]func(tx *bolt.Tx) error{
 	1: migrateNamespaceCounters,
+	2: func(tx *bolt.Tx) error { _, err := tx.CreateBucket(bucketAuditTail); return err },
 }
 
 // migrateNamespaceCounters is format 1 to 2: each namespace's counters move from the "namespaces"
@@ -279,8 +288,18 @@ func loadTx(tx *bolt.Tx, rules *loadRules) (*loaded, error) {
 	if cp.Seq > ld.auditHead.Seq {
 		return nil, fmt.Errorf("audit checkpoint seq %d is past the head seq %d", cp.Seq, ld.auditHead.Seq)
 	}
-	if k, _ := tx.Bucket(bucketAudit).Cursor().Last(); ld.auditHead.Seq > cp.Seq {
-		if k == nil || binary.BigEndian.Uint64(k) != ld.auditHead.Seq {
+	lastLog, _ := tx.Bucket(bucketAudit).Cursor().Last()
+	firstTail, _ := tx.Bucket(bucketAuditTail).Cursor().First()
+	lastTail, _ := tx.Bucket(bucketAuditTail).Cursor().Last()
+	if firstTail != nil && lastLog != nil && bytes.Compare(firstTail, lastLog) <= 0 {
+		return nil, errors.New("the audit tail does not follow the audit log")
+	}
+	if ld.auditHead.Seq > cp.Seq {
+		k := lastTail
+		if k == nil {
+			k = lastLog
+		}
+		if len(k) != 8 || binary.BigEndian.Uint64(k) != ld.auditHead.Seq {
 			return nil, fmt.Errorf("audit head seq %d is not the last audit record", ld.auditHead.Seq)
 		}
 	}
@@ -433,11 +452,10 @@ func (b *boltBackend) commit(bt *batch) error {
 		if len(bt.audit) == 0 {
 			return nil
 		}
-		ab := tx.Bucket(bucketAudit)
-		ab.FillPercent = 1.0 // keys only ever append: fill pages instead of splitting them in half
+		tail := tx.Bucket(bucketAuditTail)
 		for i := range bt.audit {
 			v, _ := json.Marshal(&bt.audit[i])
-			if err := ab.Put(seqKey(bt.audit[i].Seq), v); err != nil {
+			if err := tail.Put(seqKey(bt.audit[i].Seq), v); err != nil {
 				return err
 			}
 		}
@@ -446,8 +464,37 @@ func (b *boltBackend) commit(bt *batch) error {
 		if err := meta.Put(metaAuditHead, head); err != nil {
 			return err
 		}
+		ab := tx.Bucket(bucketAudit)
+		if moved, err := flushAuditTail(tail, ab); err != nil || !moved {
+			return err
+		}
 		return b.prune(meta, ab, last.Seq)
 	})
+}
+
+// flushAuditTail moves the audit tail's records into the audit log once the tail is too big for bbolt
+// to keep inline (a quarter page, counted as bbolt counts it); it reports whether it did.
+func flushAuditTail(tail, log *bolt.Bucket) (bool, error) {
+	const pageHeader, leafElement = 16, 16
+	size := pageHeader
+	c := tail.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		size += leafElement + len(k) + len(v)
+	}
+	if size <= tail.Tx().DB().Info().PageSize/4 {
+		return false, nil
+	}
+	log.FillPercent = 1.0 // keys only ever append: fill pages instead of splitting them in half
+	for k, v := c.First(); k != nil; k, v = c.First() {
+		// The tail's own memory is not the log's to keep: bbolt holds a value until the commit.
+		if err := log.Put(bytes.Clone(k), bytes.Clone(v)); err != nil {
+			return false, err
+		}
+		if err := c.Delete(); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // prune applies the retention rule (see auditCheckpoint).
@@ -496,13 +543,17 @@ func (b *boltBackend) scanAudit(fn func(auditCheckpoint, *auditRecord, []byte) e
 		if err := json.Unmarshal(meta.Get(metaAuditHead), &head); err != nil {
 			return fmt.Errorf("audit head: %w", err)
 		}
-		return tx.Bucket(bucketAudit).ForEach(func(k, v []byte) error {
+		each := func(k, v []byte) error {
 			var rec auditRecord
 			if err := strictJSON(v, &rec); err != nil || len(k) != 8 || binary.BigEndian.Uint64(k) != rec.Seq {
 				return fn(cp, nil, v)
 			}
 			return fn(cp, &rec, v)
-		})
+		}
+		if err := tx.Bucket(bucketAudit).ForEach(each); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketAuditTail).ForEach(each)
 	})
 	return cp, head, err
 }

@@ -170,6 +170,27 @@ func TestCorruptFilesOpenUnavailable(t *testing.T) {
 		{"missing bucket", func(t *testing.T, path string) {
 			boltEditFile(t, path, func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketAudit) })
 		}, []string{`bucket "audit" is missing`}},
+		{"audit tail before the log's end", func(t *testing.T, path string) {
+			boltEditFile(t, path, func(tx *bolt.Tx) error {
+				k, v := tx.Bucket(bucketAudit).Cursor().First()
+				if k == nil {
+					return fmt.Errorf("the fixture's audit log is empty")
+				}
+				return tx.Bucket(bucketAuditTail).Put(bytes.Clone(k), bytes.Clone(v))
+			})
+		}, []string{"the audit tail does not follow the audit log"}},
+		{"audit head not the last record", func(t *testing.T, path string) {
+			boltEditFile(t, path, func(tx *bolt.Tx) error {
+				m := tx.Bucket(bucketMeta)
+				var h auditHead
+				if err := json.Unmarshal(m.Get(metaAuditHead), &h); err != nil {
+					return err
+				}
+				h.Seq++
+				v, _ := json.Marshal(h)
+				return m.Put(metaAuditHead, v)
+			})
+		}, []string{"is not the last audit record"}},
 		{"zero-byte file", func(t *testing.T, path string) {
 			writeBytes(t, path, nil)
 		}, []string{"empty", "zero", "truncat"}},
