@@ -91,16 +91,7 @@ func (d *decoder) syntax() error {
 	return fmt.Errorf("%w at offset %d", errSyntax, d.pos)
 }
 
-func (d *decoder) space() {
-	for d.pos < len(d.b) {
-		switch d.b[d.pos] {
-		case ' ', '\t', '\r', '\n':
-			d.pos++
-		default:
-			return
-		}
-	}
-}
+func (d *decoder) space() { d.pos = skipSpace(d.b, d.pos) }
 
 // decodeTop reads data, one JSON object (or null, which sets nothing), calling field for each member
 // with the decoder at the member's value; field must read the value.
@@ -119,14 +110,17 @@ func decodeTop(data []byte, field func(d *decoder, name string) error) error {
 	return nil
 }
 
-// null consumes a null literal if one is next.
-func (d *decoder) null() bool {
-	if len(d.b)-d.pos >= 4 && string(d.b[d.pos:d.pos+4]) == "null" {
-		d.pos += 4
+// literal consumes w if it is next.
+func (d *decoder) literal(w string) bool {
+	if len(d.b)-d.pos >= len(w) && string(d.b[d.pos:d.pos+len(w)]) == w {
+		d.pos += len(w)
 		return true
 	}
 	return false
 }
+
+// null consumes a null literal if one is next.
+func (d *decoder) null() bool { return d.literal("null") }
 
 // object reads an object, calling field for each member.
 func (d *decoder) object(field func(d *decoder, name string) error) error {
@@ -254,11 +248,9 @@ func (d *decoder) string(v *string) error {
 func (d *decoder) bool(v *bool) error {
 	switch {
 	case d.null():
-	case len(d.b)-d.pos >= 4 && string(d.b[d.pos:d.pos+4]) == "true":
-		d.pos += 4
+	case d.literal("true"):
 		*v = true
-	case len(d.b)-d.pos >= 5 && string(d.b[d.pos:d.pos+5]) == "false":
-		d.pos += 5
+	case d.literal("false"):
 		*v = false
 	default:
 		return d.mismatch("bool")

@@ -350,14 +350,18 @@ func skipValue(b []byte, pos int) (int, error) {
 		switch c := b[pos]; c {
 		case '"':
 			pos++
-			for pos < len(b) && b[pos] != '"' {
+			for {
+				pos = PlainRun(b, pos)
+				if pos >= len(b) {
+					return pos, Errorf(CodeInvalidArgument, "malformed request: unterminated string")
+				}
+				if b[pos] == '"' {
+					break
+				}
 				if b[pos] == '\\' {
 					pos++
 				}
 				pos++
-			}
-			if pos >= len(b) {
-				return pos, Errorf(CodeInvalidArgument, "malformed request: unterminated string")
 			}
 			pos++
 		case '{', '[':
