@@ -117,3 +117,9 @@ func (s *Server) Reload(users []User) error {
 	s.opts = opts
 	return nil
 }
+
+// HasSubscriber reports whether any client of the global account, where the users live, subscribes to
+// subject (a literal subject; wildcard and queue subscriptions that match it count).
+func (s *Server) HasSubscriber(subject string) bool {
+	return s.GlobalAccount().SubscriptionInterest(subject)
+}

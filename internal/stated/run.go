@@ -238,7 +238,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		Version: "0.1.0", Logger: logger, Metrics: metrics, SweepInterval: time.Duration(cfg.NATS.WatchSweepMs) * time.Millisecond}
 	if ns != nil {
 		// Only the embedded server can say whether a watch's subscriber is still there.
-		sopts.Interest = func(subject string) bool { return ns.GlobalAccount().SubscriptionInterest(subject) }
+		sopts.Interest = ns.HasSubscriber
 	}
 	srv, err := server.New(st, nc, sopts)
 	if err == nil {

@@ -78,7 +78,7 @@ func Start(t testing.TB, o Options) *Env {
 	sopts := server.Options{Principals: o.Principals}
 	if o.WatchSweep > 0 {
 		sopts.Metrics = server.NewMetrics(prometheus.NewRegistry())
-		sopts.Interest = func(subject string) bool { return ns.GlobalAccount().SubscriptionInterest(subject) }
+		sopts.Interest = ns.HasSubscriber
 		sopts.SweepInterval = o.WatchSweep
 	}
 	srv, err := server.New(st, nc, sopts)
