@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,7 +111,7 @@ type registry struct {
 	bounds       wire.Bounds
 	observer     Observer
 	byID         map[watchKey]*watch
-	byNS         map[string]map[*watch]struct{}
+	byNS         map[string][]*watch // each sorted by (principal, id): one principal's updates go out together
 	perPrincipal map[string]int64
 	serials      uint64 // registrations so far
 }
@@ -119,7 +120,7 @@ func (r *registry) init(b wire.Bounds, o Observer) {
 	r.bounds = b
 	r.observer = o
 	r.byID = map[watchKey]*watch{}
-	r.byNS = map[string]map[*watch]struct{}{}
+	r.byNS = map[string][]*watch{}
 	r.perPrincipal = map[string]int64{}
 }
 
@@ -147,22 +148,22 @@ func (r *registry) addLocked(w *watch) {
 	r.serials++
 	w.serial = r.serials
 	r.byID[w.key] = w
-	set := r.byNS[w.ns]
-	if set == nil {
-		set = map[*watch]struct{}{}
-		r.byNS[w.ns] = set
-	}
-	set[w] = struct{}{}
+	list := r.byNS[w.ns]
+	i, _ := slices.BinarySearchFunc(list, w.key, cmpWatch)
+	r.byNS[w.ns] = slices.Insert(list, i, w)
 	r.perPrincipal[w.key.principal]++
 }
 
 func (r *registry) removeLocked(w *watch) {
 	delete(r.byID, w.key)
-	if set := r.byNS[w.ns]; set != nil {
-		delete(set, w)
-		if len(set) == 0 {
-			delete(r.byNS, w.ns)
-		}
+	list := r.byNS[w.ns]
+	if i, ok := slices.BinarySearchFunc(list, w.key, cmpWatch); ok {
+		list = slices.Delete(list, i, i+1)
+	}
+	if len(list) == 0 {
+		delete(r.byNS, w.ns)
+	} else {
+		r.byNS[w.ns] = list
 	}
 	if r.perPrincipal[w.key.principal]--; r.perPrincipal[w.key.principal] <= 0 {
 		delete(r.perPrincipal, w.key.principal)
@@ -176,22 +177,32 @@ func (r *registry) closeLocked(w *watch, reason wire.CloseReason, msg string) {
 	w.sink(Message{WatchID: w.key.id, Closed: &wire.WatchClosed{WatchID: w.key.id, Kind: wire.UpdateClosed, Reason: reason, Message: msg}})
 }
 
-// fanout sends ev to every watch of ns whose prefix matches, in commit order. A watch that would pass
+// cmpWatch orders a namespace's watches by principal, then id.
+func cmpWatch(w *watch, k watchKey) int {
+	if c := strings.Compare(w.key.principal, k.principal); c != 0 {
+		return c
+	}
+	return strings.Compare(w.key.id, k.id)
+}
+
+// fanout sends ev to every watch of ns whose prefix matches, in commit order, one principal's watches
+// one after another (so a transport sends a connection's messages together). A watch that would pass
 // max_pending_updates is closed with OVERFLOW instead.
 func (r *registry) fanout(ns string, ev *Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	set := r.byNS[ns]
-	if len(set) == 0 {
+	list := r.byNS[ns]
+	if len(list) == 0 {
 		return
 	}
 	var now int64
-	for w := range set {
+	var overflow []*watch
+	for _, w := range list {
 		if !strings.HasPrefix(ev.Key, w.prefix) {
 			continue
 		}
 		if int64(w.seq-w.acked) >= r.bounds.MaxPendingUpdates {
-			r.closeLocked(w, wire.CloseOverflow, "more than max_pending_updates updates are unacknowledged")
+			overflow = append(overflow, w) // closed after the loop, which closing would shift
 			continue
 		}
 		if now == 0 {
@@ -201,6 +212,9 @@ func (r *registry) fanout(ns string, ev *Event) {
 		w.seq++
 		w.sentAt[w.seq%uint64(len(w.sentAt))] = now
 		w.sink(Message{WatchID: w.key.id, Sequence: w.seq, Event: ev})
+	}
+	for _, w := range overflow {
+		r.closeLocked(w, wire.CloseOverflow, "more than max_pending_updates updates are unacknowledged")
 	}
 }
 

@@ -408,3 +408,74 @@ func TestDropWatchNamesOneRegistration(t *testing.T) {
 	default:
 	}
 }
+
+// A commit's updates go out one principal's watches after another, in (principal, watch id) order,
+// whatever the order the watches were opened in, so a transport sends each connection's messages
+// together. A watch closed with OVERFLOW on the way does not cost a later watch its update.
+func TestFanoutOrderGroupsPrincipals(t *testing.T) {
+	opts := DefaultOptions()
+	opts.Bounds.MaxPendingUpdates = 2
+	s, _ := openT(t, opts)
+	ctx := ctxT(t)
+	const ns = "service/tx"
+	p := func(id string) policy.Principal { return policy.Principal{ID: id, Admin: true} }
+	var mu sync.Mutex
+	var got []string
+	open := []struct{ principal, id string }{
+		{"p-b", "w2"}, {"p-a", "w9"}, {"p-c", "w1"}, {"p-a", "w10"}, {"p-b", "w1"}, {"p-a", "a-slow"},
+	}
+	for _, o := range open {
+		sink := func(m Message) {
+			mu.Lock()
+			defer mu.Unlock()
+			if m.Closed != nil {
+				got = append(got, o.principal+"/"+o.id+":"+string(m.Closed.Reason))
+				return
+			}
+			got = append(got, fmt.Sprintf("%s/%s:%d", o.principal, o.id, m.Sequence))
+		}
+		if _, err := s.Watch(ctx, p(o.principal), wire.WatchRequest{WatchID: o.id, Namespace: ns}, sink); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ackAll := func(seq int64) {
+		for _, o := range open {
+			if o.id == "a-slow" {
+				continue // never acknowledges: it overflows on the third update
+			}
+			if err := s.Ack(ctx, p(o.principal), wire.AckRequest{WatchID: o.id, AppliedSequence: i64(seq)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for seq := int64(1); seq <= 3; seq++ {
+		mu.Lock()
+		got = nil
+		mu.Unlock()
+		mustPut(t, s, admin, putLease(ns, "k"))
+		mu.Lock()
+		round := strings.Join(got, " ")
+		mu.Unlock()
+		want := fmt.Sprintf("p-a/a-slow:%d p-a/w10:%d p-a/w9:%d p-b/w1:%d p-b/w2:%d p-c/w1:%d", seq, seq, seq, seq, seq, seq)
+		if seq == 3 {
+			want = "p-a/w10:3 p-a/w9:3 p-b/w1:3 p-b/w2:3 p-c/w1:3 p-a/a-slow:OVERFLOW"
+		}
+		if round != want {
+			t.Fatalf("update %d went out as\n  %s\nwant\n  %s", seq, round, want)
+		}
+		ackAll(seq)
+	}
+	// The overflowed watch is gone from the order; the others keep it.
+	if err := s.Unwatch(ctx, p("p-b"), wire.UnwatchRequest{WatchID: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got = nil
+	mu.Unlock()
+	mustPut(t, s, admin, putLease(ns, "k"))
+	mu.Lock()
+	defer mu.Unlock()
+	if round := strings.Join(got, " "); round != "p-a/w10:4 p-a/w9:4 p-b/w2:4 p-c/w1:4" {
+		t.Fatalf("after an unwatch the update went out as %s", round)
+	}
+}
