@@ -750,7 +750,7 @@ func TestBench(t *testing.T) {
 	r := e.ok("bench", "--owners", "3", "--rounds", "2", "--writers", "3", "--connections", "2", "--watches", "4",
 		"--entries", "5", "--idle", "0s", "--metrics-url", e.s.HTTP()+"/metrics")
 	for _, name := range []string{"serial-cas-p50-us", "serial-cas-p95-us", "serial-cas-max-us", "serial-commit-mean-us", "request-rtt-p50-us", "writers-3-ops/s",
-		"writers-3-p50-us", "writers-3-p95-us", "fanout-4-p50-us", "fanout-4-p95-us", "rss-idle-MiB"} {
+		"writers-3-p50-us", "writers-3-p95-us", "fanout-4-p50-us", "fanout-4-p95-us", "rss-idle-MiB", "rss-idle-3-conns-MiB"} {
 		if !strings.Contains(r.stdout, name+" ") {
 			t.Errorf("bench output lacks %s:\n%s", name, r.stdout)
 		}

@@ -117,7 +117,8 @@ Measure a running stated as admin principals (the defaults are the qualification
   2. --writers concurrent writers, one connection and key each, --rounds CAS each: ops/s, p50, p95;
   3. fanout: --watches watches of one key over --connections connections, --rounds puts: the time
      from the start of a put until the last watcher has it (every watcher acknowledges): p50, p95;
-  4. idle memory: --entries entries written, --idle waited, then stated's RSS from --metrics-url.
+  4. idle memory: --entries entries written, --idle waited, then stated's RSS from --metrics-url
+     with all connections open; then all but one closed, --idle waited, the RSS again.
 Every document is the same 2,193-byte keeppeek.media-intent.v1. The keys live in --namespace
 (cas/, writers/, fanout/, rss/) and are deleted at the end unless --keep.
 

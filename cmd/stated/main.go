@@ -5,10 +5,13 @@ package main
 
 import (
 	"os"
+	"runtime"
 
 	"github.com/keeppeek/coordination/internal/stated"
 )
 
 func main() {
+	// stated serves no heap profiles: sampling allocations would only cost CPU and resident memory.
+	runtime.MemProfileRate = 0
 	os.Exit(stated.Main(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -323,8 +323,8 @@ func (r *runner) deleteUnder(ctx context.Context, prefixes ...string) error {
 			after = page.NextAfterKey
 		}
 	}
-	return parallel(len(keys), len(r.conns), func(w, i int) error {
-		_, err := r.conns[w].Delete(ctx, wire.DeleteRequest{Namespace: r.cfg.Namespace, Key: keys[i]})
+	return parallel(len(keys), max(len(r.conns), 16), func(w, i int) error {
+		_, err := r.conns[w%len(r.conns)].Delete(ctx, wire.DeleteRequest{Namespace: r.cfg.Namespace, Key: keys[i]})
 		if err != nil && !errors.Is(err, wire.ErrNotFound) {
 			return fmt.Errorf("delete %s: %w", keys[i], err)
 		}

@@ -101,7 +101,7 @@ func TestReportTable(t *testing.T) {
 		SerialCAS: SerialResult{Ops: 6, Owners: 3, Rounds: 2, P50US: 1500, P95US: 2500, MaxUS: 9000},
 		Writers:   WritersResult{Writers: 3, Ops: 6, Seconds: 0.5, OpsPerSec: 12, P50US: 40000, P95US: 70000},
 		Fanout:    FanoutResult{Watches: 4, Connections: 2, Principals: 1, Rounds: 2, P50US: 300, P95US: 400},
-		Idle:      IdleResult{Entries: 5, BenchEntries: 5}}
+		Idle:      IdleResult{Entries: 5, BenchEntries: 5, Connections: 3}}
 	var b strings.Builder
 	if err := rep.WriteTable(&b); err != nil {
 		t.Fatal(err)
@@ -119,13 +119,14 @@ func TestReportTable(t *testing.T) {
 		"writers-3-p95-us":      "70000",
 		"fanout-4-p50-us":       "300 4 watches over 2 connections",
 		"rss-idle-MiB":          "not measured",
+		"rss-idle-3-conns-MiB":  "not measured",
 		"serial-commit-mean-us": "not measured",
 	} {
 		if !strings.Contains(rows[name], want) {
 			t.Errorf("row %s = %q, want %q in it\n%s", name, rows[name], want, b.String())
 		}
 	}
-	if len(rep.Figures()) != 11 {
+	if len(rep.Figures()) != 12 {
 		t.Fatalf("%d figures", len(rep.Figures()))
 	}
 }

@@ -13,7 +13,8 @@
 //     the time from the start of a put until the last watcher holds the update (every watcher
 //     acknowledges every update); p50 and p95;
 //  4. idle memory: Entries entries (rss/e-NNNN) written, Idle waited, then stated's resident set size
-//     read from process_resident_memory_bytes on its /metrics.
+//     read from process_resident_memory_bytes on its /metrics (rss-idle-N-conns-MiB, all N
+//     connections open); then every connection but one closed, Idle waited, read again (rss-idle-MiB).
 //
 // Every document is the same schema-valid keeppeek.media-intent.v1 of exactly DocumentBytes compact
 // bytes (Document). The bench removes what it wrote unless Config.Keep is set. `statectl bench` and

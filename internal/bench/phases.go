@@ -268,7 +268,9 @@ func follow(ctx context.Context, j int, w *client.Watch, results chan<- arrival,
 	}
 }
 
-// idle: Entries entries written, Idle waited, stated's resident set size read from its metrics.
+// idle: Entries entries written, Idle waited, stated's resident set size read from its metrics; then
+// every connection but one closed, Idle waited, and the resident set size read again. It leaves the
+// runner with that one connection.
 func (r *runner) idle(ctx context.Context) (IdleResult, error) {
 	if !r.cfg.Keep {
 		r.logf("idle memory: removing the keys of the earlier phases")
@@ -287,7 +289,7 @@ func (r *runner) idle(ctx context.Context) (IdleResult, error) {
 	if err != nil {
 		return IdleResult{}, err
 	}
-	res := IdleResult{Entries: r.cfg.Entries}
+	res := IdleResult{Entries: r.cfg.Entries, Connections: len(r.conns)}
 	if r.cfg.Keep {
 		res.BenchEntries = r.cfg.Entries + r.cfg.Owners + r.cfg.Writers + 1
 	} else {
@@ -297,12 +299,26 @@ func (r *runner) idle(ctx context.Context) (IdleResult, error) {
 		r.logf("idle memory: no metrics URL, not measured")
 		return res, nil
 	}
-	r.logf("idle memory: waiting %v", r.cfg.Idle)
+	// First with every connection still open, then, as an idle server usually is, with the load's
+	// clients gone: one connection left. stated trims its memory after either change.
+	r.logf("idle memory: waiting %v with %d connections open", r.cfg.Idle, len(r.conns))
 	if err := sleep(ctx, r.cfg.Idle); err != nil {
 		return res, err
 	}
 	b, err := residentBytes(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout)
 	if err != nil {
+		return res, err
+	}
+	res.ConnsRSSBytes, res.ConnsRSSMiB = int64(b), b/(1<<20)
+	for _, c := range r.conns[1:] {
+		c.Conn().Close()
+	}
+	r.conns = r.conns[:1]
+	r.logf("idle memory: waiting %v with one connection open", r.cfg.Idle)
+	if err := sleep(ctx, r.cfg.Idle); err != nil {
+		return res, err
+	}
+	if b, err = residentBytes(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout); err != nil {
 		return res, err
 	}
 	res.Measured, res.RSSBytes, res.RSSMiB = true, int64(b), b/(1<<20)

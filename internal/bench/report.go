@@ -61,14 +61,18 @@ type FanoutResult struct {
 }
 
 // IdleResult is stated's resident set size, idle, with Entries entries written (BenchEntries of
-// the bench's entries in the namespace, more than Entries with Config.Keep). Measured is false when
-// no metrics URL was given.
+// the bench's entries in the namespace, more than Entries with Config.Keep): RSS once the bench
+// closed all its connections but one, ConnsRSS before that, with Connections open. Measured is false
+// when no metrics URL was given.
 type IdleResult struct {
-	Entries      int     `json:"entries"`
-	BenchEntries int     `json:"bench_entries"`
-	Measured     bool    `json:"measured"`
-	RSSBytes     int64   `json:"rss_bytes,omitempty"`
-	RSSMiB       float64 `json:"rss_mib,omitempty"`
+	Entries       int     `json:"entries"`
+	BenchEntries  int     `json:"bench_entries"`
+	Measured      bool    `json:"measured"`
+	RSSBytes      int64   `json:"rss_bytes,omitempty"`
+	RSSMiB        float64 `json:"rss_mib,omitempty"`
+	Connections   int     `json:"connections,omitempty"`
+	ConnsRSSBytes int64   `json:"conns_rss_bytes,omitempty"`
+	ConnsRSSMiB   float64 `json:"conns_rss_mib,omitempty"`
 }
 
 // Figure is one reported number. Name is the go test -bench metric unit: serial-cas-p50-us,
@@ -95,6 +99,7 @@ func (r *Report) Figures() []Figure {
 		{fmt.Sprintf("fanout-%d-p50-us", f), r.Fanout.P50US, true},
 		{fmt.Sprintf("fanout-%d-p95-us", f), r.Fanout.P95US, true},
 		{"rss-idle-MiB", r.Idle.RSSMiB, r.Idle.Measured},
+		{fmt.Sprintf("rss-idle-%d-conns-MiB", r.Idle.Connections), r.Idle.ConnsRSSMiB, r.Idle.Measured},
 	}
 }
 
@@ -107,7 +112,8 @@ func (r *Report) WriteTable(out io.Writer) error {
 		4:  fmt.Sprintf("%d info requests over the same connection: a request that writes nothing", rttRequests),
 		5:  fmt.Sprintf("%d ops: %d writers x %d CAS, one connection each, %.2f s", w.Ops, w.Writers, w.Ops/max(w.Writers, 1), w.Seconds),
 		8:  fmt.Sprintf("%d watches over %d connections (%d principal(s)), %d puts; until the last watcher has it", f.Watches, f.Connections, f.Principals, f.Rounds),
-		10: fmt.Sprintf("%d entries written (%d bench entries in the namespace), then idle", i.Entries, i.BenchEntries),
+		10: fmt.Sprintf("%d entries written (%d bench entries in the namespace), then idle with one connection", i.Entries, i.BenchEntries),
+		11: "the same, before the bench closed all its connections but one",
 	}
 	fmt.Fprintf(out, "stated %s, namespace %s, %d-byte %s documents\n\n", r.ServerVersion, r.Namespace, r.DocumentBytes, r.Schema)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)

@@ -89,6 +89,10 @@ func serverOptions(o Options) (*server.Options, error) {
 		NoLog:      true,
 		NoSigs:     true,
 		MaxPayload: 1 << 20,
+		// The server keeps the details of recently closed connections only for its monitoring
+		// endpoint, which the embedded server does not serve; its default of 10,000 would grow with
+		// every worker restart.
+		MaxClosedClients: 1,
 	}
 	applyUsers(opts, o.Users)
 	return opts, nil

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -214,6 +215,8 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 			return err
 		}
 		url = ns.ClientURL()
+		// stated's own connection to its embedded server is an in-memory pipe: no socket, no syscalls.
+		connOpts = append(connOpts, nats.InProcessServer(ns.Server))
 	} else {
 		if cfg.NATS.User != "" {
 			connOpts = append(connOpts, nats.UserInfo(cfg.NATS.User, cfg.NATS.Password))
@@ -263,7 +266,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{DisableCompression: true}))
 	ln, err := net.Listen("tcp", cfg.HTTPListen)
 	if err != nil {
 		_ = srv.Stop(context.Background())
@@ -281,7 +284,28 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	logger.Info("stated ready", "nats", url, "http", "http://"+ln.Addr().String(), "data", cfg.DatabasePath(),
 		"principals", len(cfg.PolicyPrincipals()), "epoch", st.Info().Epoch, "version", Version())
 
-	go trimWhenIdle(ctx, srv, st)
+	activity, beforeTrim := srv.Activity, func() {}
+	if ns != nil {
+		// Clients leaving free their connections' state in the embedded server: that is work to trim
+		// after too. But nats-server keeps, per publishing connection, the subscriptions its recent
+		// subjects matched, until that connection next publishes; stated's connection is the one that
+		// published to the departed clients, so it publishes once (to a subject nobody has) before the
+		// trim, or their connections' state would stay reachable while stated is idle.
+		activity = func() uint64 { return srv.Activity() + uint64(ns.NumClients())<<32 }
+		beforeTrim = func() {
+			if nc.Publish(nats.NewInbox(), nil) == nil {
+				_ = nc.FlushTimeout(time.Second)
+			}
+		}
+	}
+	go trimWhenIdle(ctx, 500*time.Millisecond, activity, func() {
+		beforeTrim()
+		st.TrimMemory()
+		// Two collections: the first moves what sync.Pools hold to their victim caches, the second
+		// (FreeOSMemory's) frees it, and then the freed pages go back.
+		runtime.GC()
+		debug.FreeOSMemory()
+	})
 	for {
 		select {
 		case <-hup:
@@ -335,26 +359,26 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, internalPass
 	logger.Info("SIGHUP: principals reloaded", "principals", len(next.PolicyPrincipals()))
 }
 
-// trimWhenIdle returns freed heap to the operating system once the server has been idle for a while
-// after a burst of work: the Go runtime gives memory back only gradually, and an idle daemon should not
-// keep the resident size of its busiest moment.
-func trimWhenIdle(ctx context.Context, srv *server.Server, st *store.Store) {
-	t := time.NewTicker(500 * time.Millisecond)
+// trimWhenIdle calls trim, which returns freed memory to the operating system, once activity has not
+// changed for a whole period after it last did (a burst of requests, clients coming or going): the Go
+// runtime gives memory back only gradually, and an idle daemon should not keep the resident size of
+// its busiest moment. It trims once per quiet spell.
+func trimWhenIdle(ctx context.Context, period time.Duration, activity func() uint64, trim func()) {
+	t := time.NewTicker(period)
 	defer t.Stop()
-	last, trimmed := srv.Activity(), true
+	last, trimmed := activity(), true
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		now := srv.Activity()
+		now := activity()
 		switch {
 		case now != last:
 			trimmed = false
 		case !trimmed:
-			st.TrimMemory()
-			debug.FreeOSMemory()
+			trim()
 			trimmed = true
 		}
 		last = now

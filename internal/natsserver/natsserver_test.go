@@ -1,0 +1,49 @@
+package natsserver
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The embedded server keeps the details of at most one closed connection (it serves no monitoring
+// endpoint that would show them), however many clients come and go.
+func TestClosedConnectionsAreNotKept(t *testing.T) {
+	s, err := Start(Options{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}()
+	for range 5 {
+		nc, err := nats.Connect(s.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		nc.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.NumClients() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d clients still connected", s.NumClients())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cz, err := s.Connz(&server.ConnzOptions{State: server.ConnClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cz.Total != 1 {
+		t.Fatalf("the server keeps %d closed connections, want 1", cz.Total)
+	}
+}
