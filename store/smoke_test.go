@@ -40,3 +40,29 @@ func TestSmokePutGetWatch(t *testing.T) {
 		t.Fatalf("audit %+v %v", rep, err)
 	}
 }
+
+// The store keeps its own copy of a document: a put decoded from a buffer the caller then reuses (a
+// decoded request's document shares the buffer) leaves the stored entry, its watch update and the
+// reply as they were.
+func TestPutKeepsItsOwnDocument(t *testing.T) {
+	s, _ := openT(t, DefaultOptions())
+	const ns = "service/tx"
+	_, ch := watchT(t, s, admin, "w", ns, "")
+	buf := []byte(`{"namespace":"service/tx","key":"k","schema":"keeppeek.lease.v1","document":` + string(leaseDoc("w1")) + `}`)
+	var req wire.PutRequest
+	if err := wire.Decode(buf, &req); err != nil {
+		t.Fatal(err)
+	}
+	e := mustPut(t, s, admin, req)
+	want := string(leaseDoc("w1"))
+	for i := range buf {
+		buf[i] = 'x'
+	}
+	got, err := s.Get(ctxT(t), admin, wire.GetRequest{Namespace: ns, Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := recv(t, ch); string(got.Document) != want || string(e.Document) != want || string(m.Event.Entry.Document) != want {
+		t.Fatalf("stored %s, answered %s, sent %s; want %s", got.Document, e.Document, m.Event.Entry.Document, want)
+	}
+}

@@ -454,7 +454,11 @@ func decodePut(data []byte, r *PutRequest) error {
 		case "schema":
 			return d.string(&r.Schema)
 		case "document":
-			return d.document(&r.Document)
+			// Not copied: whoever takes the document keeps its own compact copy (ValidateCompact),
+			// and a second copy here would leave a kept document among freed ones of its size.
+			raw, err := d.raw()
+			r.Document = raw
+			return err
 		case "expected_revision":
 			return d.int64Ptr(&r.ExpectedRevision)
 		case "ttl_ms":

@@ -226,7 +226,8 @@ type WatchMessage struct {
 // Decode strictly decodes one JSON object into v, a pointer to a struct of this package: a body that is
 // not an object, a field name that is not spelled exactly as the contract spells it (names are
 // case-sensitive), a duplicate field, an unknown field, trailing data and type mismatches are all
-// INVALID_ARGUMENT.
+// INVALID_ARGUMENT. A PutRequest's Document shares data's memory (PutRequest.ValidateCompact returns
+// a copy); every other field is a copy.
 func Decode(data []byte, v any) error {
 	trimmed, err := requestObject(data, v)
 	if err != nil {
