@@ -215,7 +215,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 			return err
 		}
 		url = ns.ClientURL()
-		// stated's own connection to its embedded server is an in-memory pipe: no socket, no syscalls.
+		// stated's own connection to its embedded server is an in-memory pipe, not a loopback socket.
 		connOpts = append(connOpts, nats.InProcessServer(ns.Server))
 	} else {
 		if cfg.NATS.User != "" {
@@ -284,22 +284,21 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	logger.Info("stated ready", "nats", url, "http", "http://"+ln.Addr().String(), "data", cfg.DatabasePath(),
 		"principals", len(cfg.PolicyPrincipals()), "epoch", st.Info().Epoch, "version", Version())
 
-	activity, beforeTrim := srv.Activity, func() {}
+	activity := srv.Activity
 	if ns != nil {
-		// Clients leaving free their connections' state in the embedded server: that is work to trim
-		// after too. But nats-server keeps, per publishing connection, the subscriptions its recent
-		// subjects matched, until that connection next publishes; stated's connection is the one that
-		// published to the departed clients, so it publishes once (to a subject nobody has) before the
-		// trim, or their connections' state would stay reachable while stated is idle.
+		// Clients coming and going change what the embedded server holds: trim after that too.
 		activity = func() uint64 { return srv.Activity() + uint64(ns.NumClients())<<32 }
-		beforeTrim = func() {
+	}
+	go trimWhenIdle(ctx, 500*time.Millisecond, activity, func() {
+		if ns != nil {
+			// nats-server keeps, per publishing connection, the subscriptions its recent subjects
+			// matched until that connection next publishes. stated's connection published to the
+			// clients that left, so it publishes once (to an inbox nobody has), or their connections'
+			// state would stay reachable while stated is idle.
 			if nc.Publish(nats.NewInbox(), nil) == nil {
 				_ = nc.FlushTimeout(time.Second)
 			}
 		}
-	}
-	go trimWhenIdle(ctx, 500*time.Millisecond, activity, func() {
-		beforeTrim()
 		st.TrimMemory()
 		// Two collections: the first moves what sync.Pools hold to their victim caches, the second
 		// (FreeOSMemory's) frees it, and then the freed pages go back.
