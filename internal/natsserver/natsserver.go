@@ -93,6 +93,8 @@ func serverOptions(o Options) (*server.Options, error) {
 		// endpoint, which the embedded server does not serve; its default of 10,000 would grow with
 		// every worker restart.
 		MaxClosedClients: 1,
+		// No system account: nothing here asks for server events or statistics.
+		NoSystemAccount: true,
 	}
 	applyUsers(opts, o.Users)
 	return opts, nil

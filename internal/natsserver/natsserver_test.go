@@ -47,3 +47,19 @@ func TestClosedConnectionsAreNotKept(t *testing.T) {
 		t.Fatalf("the server keeps %d closed connections, want 1", cz.Total)
 	}
 }
+
+// The embedded server runs no system account (its internal clients, subscriptions and event timers
+// serve nothing stated uses).
+func TestNoSystemAccount(t *testing.T) {
+	s, err := Start(Options{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}()
+	if acc := s.SystemAccount(); acc != nil {
+		t.Fatalf("system account %s is running", acc.Name)
+	}
+}
