@@ -57,14 +57,21 @@ type Message struct {
 // JSON encodes the message as SPEC section 7 spells it (StateStoreWatchUpdate or
 // StateStoreWatchClosed). An update's entry is encoded once, whatever the number of watchers.
 func (m Message) JSON() []byte {
-	if m.Closed != nil {
-		b, _ := json.Marshal(m.Closed)
-		return b
+	n := 64
+	if m.Event != nil {
+		n += len(m.WatchID) + len(m.Event.tail)
 	}
-	id, _ := json.Marshal(m.WatchID)
-	b := make([]byte, 0, 48+len(id)+len(m.Event.tail))
+	return m.AppendJSON(make([]byte, 0, n))
+}
+
+// AppendJSON appends JSON() to b: a sink that publishes at once can encode into a buffer it reuses.
+func (m Message) AppendJSON(b []byte) []byte {
+	if m.Closed != nil {
+		c, _ := json.Marshal(m.Closed)
+		return append(b, c...)
+	}
 	b = append(b, `{"watch_id":`...)
-	b = append(b, id...)
+	b = wire.AppendString(b, m.WatchID)
 	b = append(b, `,"watch_sequence":`...)
 	b = strconv.AppendUint(b, m.Sequence, 10)
 	b = append(b, ',')

@@ -481,15 +481,21 @@ type gate struct {
 }
 
 func (g *gate) sink(m store.Message) {
-	b := m.JSON()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.opened {
-		g.held = append(g.held, b)
+		g.held = append(g.held, m.JSON())
 		return
 	}
-	_ = g.nc.Publish(g.subject, b) // buffered; a lost connection is seen by the client as a gap
+	// Publish copies the message into the connection's buffer: the encoding's buffer is reused.
+	bp := messageBuffers.Get().(*[]byte)
+	*bp = m.AppendJSON((*bp)[:0])
+	_ = g.nc.Publish(g.subject, *bp) // buffered; a lost connection is seen by the client as a gap
+	messageBuffers.Put(bp)
 }
+
+// messageBuffers hold watch messages while they are published.
+var messageBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 func (g *gate) open() {
 	g.mu.Lock()
