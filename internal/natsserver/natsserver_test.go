@@ -11,17 +11,24 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// The embedded server keeps the details of at most one closed connection (it serves no monitoring
-// endpoint that would show them), however many clients come and go.
-func TestClosedConnectionsAreNotKept(t *testing.T) {
+// startT starts an embedded server on a free port, shut down when the test ends.
+func startT(t *testing.T) *Server {
+	t.Helper()
 	s, err := Start(Options{Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		s.Shutdown()
 		s.WaitForShutdown()
-	}()
+	})
+	return s
+}
+
+// The embedded server keeps the details of at most one closed connection (it serves no monitoring
+// endpoint that would show them), however many clients come and go.
+func TestClosedConnectionsAreNotKept(t *testing.T) {
+	s := startT(t)
 	for range 5 {
 		nc, err := nats.Connect(s.ClientURL())
 		if err != nil {
@@ -51,14 +58,7 @@ func TestClosedConnectionsAreNotKept(t *testing.T) {
 // The embedded server runs no system account (its internal clients, subscriptions and event timers
 // serve nothing stated uses).
 func TestNoSystemAccount(t *testing.T) {
-	s, err := Start(Options{Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	}()
+	s := startT(t)
 	if acc := s.SystemAccount(); acc != nil {
 		t.Fatalf("system account %s is running", acc.Name)
 	}
