@@ -151,6 +151,13 @@ func qualBoltWrites(db *bolt.DB) int64 {
 	return st.TxStats.GetWrite()
 }
 
+// qualBoltWriteTime is the time bbolt spent so far writing committed pages to disk, the meta page and
+// both fdatasyncs included.
+func qualBoltWriteTime(db *bolt.DB) time.Duration {
+	st := db.Stats()
+	return st.TxStats.GetWriteTime()
+}
+
 // qualCommitCounter wraps a store's backend to count commits (one per batch), so a benchmark can
 // report how many mutations shared a commit. Install it before the first mutation.
 type qualCommitCounter struct {

@@ -30,7 +30,10 @@ import (
 // intents/front-door in its own namespace user/owner-NNN (the user namespace policy of SPEC section 2).
 // fanout-1024 runs on an in-memory store to isolate the engine and its watch registry from the disk.
 // concurrent-cas-127 creates each owner's key first, unmeasured, so its 3,810 operations are all
-// compare-and-sets of existing keys (as statectl bench seeds its writers' keys).
+// compare-and-sets of existing keys (as statectl bench seeds its writers' keys). It also reports
+// commit-io-us, bbolt's mean time writing and syncing one of its commits, and io-bound-ops/s, the rate
+// those commits would carry its operations at, back to back, if a commit cost nothing else: the disk's
+// ceiling for this workload at the batch sizes it formed (ops/commit).
 //
 // durable-vs-raw runs the two serial workloads interleaved and reports their p50 ratio, the same
 // comparison made under the same disk conditions.
@@ -397,7 +400,9 @@ func benchQualConcurrentCAS(b *testing.B) {
 		}
 		revs[o] = e.Revision
 	}
+	db := qualBolt(s)
 	commits := qualCountCommits(s)
+	io0 := qualBoltWriteTime(db)
 	var lat qualLatencies
 	var wall time.Duration
 	b.ResetTimer()
@@ -449,6 +454,11 @@ func benchQualConcurrentCAS(b *testing.B) {
 	lat.report(b, "")
 	b.ReportMetric(float64(qualOps*b.N)/wall.Seconds(), "ops/s")
 	b.ReportMetric(float64(qualOps*b.N)/float64(commits.commits.Load()), "ops/commit")
+	// The disk's share: bbolt's time writing pages and syncing (both fdatasyncs) while the commits ran
+	// one after another, and the rate the workload would reach if that were all a commit cost.
+	io := qualBoltWriteTime(db) - io0
+	b.ReportMetric(float64(io.Microseconds())/float64(commits.commits.Load()), "commit-io-us")
+	b.ReportMetric(float64(qualOps*b.N)/io.Seconds(), "io-bound-ops/s")
 }
 
 // benchQualQuota fills a store with default bounds with 2,193-byte documents (at most 4,096 per

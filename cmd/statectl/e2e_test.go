@@ -750,7 +750,7 @@ func TestBench(t *testing.T) {
 	r := e.ok("bench", "--owners", "3", "--rounds", "2", "--writers", "3", "--connections", "2", "--watches", "4",
 		"--entries", "5", "--idle", "0s", "--metrics-url", e.s.HTTP()+"/metrics")
 	for _, name := range []string{"serial-cas-p50-us", "serial-cas-p95-us", "serial-cas-max-us", "serial-commit-mean-us", "request-rtt-p50-us", "writers-3-ops/s",
-		"writers-3-p50-us", "writers-3-p95-us", "fanout-4-p50-us", "fanout-4-p95-us", "rss-idle-MiB", "rss-idle-3-conns-MiB"} {
+		"writers-3-p50-us", "writers-3-p95-us", "writers-3-ops/commit", "writers-3-commit-busy-pct", "fanout-4-p50-us", "fanout-4-p95-us", "rss-idle-MiB", "rss-idle-3-conns-MiB"} {
 		if !strings.Contains(r.stdout, name+" ") {
 			t.Errorf("bench output lacks %s:\n%s", name, r.stdout)
 		}
@@ -767,7 +767,7 @@ func TestBench(t *testing.T) {
 		"--entries", "3", "--idle", "0s", "--metrics-url", "")
 	var rep bench.Report
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || rep.SerialCAS.Ops != 2 || rep.Writers.Ops != 2 ||
-		rep.Fanout.Watches != 2 || rep.Idle.Measured || rep.SerialCAS.CommitMeasured || rep.DocumentBytes != bench.DocumentBytes {
+		rep.Fanout.Watches != 2 || rep.Idle.Measured || rep.SerialCAS.CommitMeasured || rep.Writers.CommitMeasured || rep.DocumentBytes != bench.DocumentBytes {
 		t.Fatalf("bench --json: %v\n%s", err, r.stdout)
 	}
 	var list wire.Result

@@ -84,6 +84,12 @@ func (r *runner) writers(ctx context.Context) (WritersResult, error) {
 		return WritersResult{}, err
 	}
 	r.logf("concurrent writers: %d writers x %d CAS, one connection each", n, r.cfg.Rounds)
+	var before []float64
+	if r.cfg.MetricsURL != "" {
+		if before, err = metricValues(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout, commitSum, commitCount, batchSum); err != nil {
+			return WritersResult{}, err
+		}
+	}
 	lats := make([][]time.Duration, n)
 	errs := make([]error, n)
 	start := make(chan struct{})
@@ -117,8 +123,20 @@ func (r *runner) writers(ctx context.Context) (WritersResult, error) {
 	}
 	all := slices.Concat(lats...)
 	s := summarize(all)
-	return WritersResult{Writers: n, Ops: len(all), Seconds: elapsed.Seconds(),
-		OpsPerSec: float64(len(all)) / elapsed.Seconds(), P50US: s.p50, P95US: s.p95}, nil
+	res := WritersResult{Writers: n, Ops: len(all), Seconds: elapsed.Seconds(),
+		OpsPerSec: float64(len(all)) / elapsed.Seconds(), P50US: s.p50, P95US: s.p95}
+	if before != nil {
+		after, err := metricValues(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout, commitSum, commitCount, batchSum)
+		if err != nil {
+			return WritersResult{}, err
+		}
+		if commits := after[1] - before[1]; commits > 0 {
+			res.CommitMeasured = true
+			res.OpsPerCommit = math.Round((after[2]-before[2])/commits*10) / 10
+			res.CommitBusyPct = math.Round((after[0]-before[0])/elapsed.Seconds()*1000) / 10
+		}
+	}
+	return res, nil
 }
 
 // arrival is one watcher's receipt of one update.
@@ -377,10 +395,12 @@ func metricValues(ctx context.Context, url string, timeout time.Duration, names 
 // rttRequests is how many info requests measure a request's round trip before the serial phase.
 const rttRequests = 200
 
-// Stated's commit latency histogram: its sum and count give the mean commit of a phase.
+// Stated's commit latency histogram: its sum and count give the mean commit of a phase; the batch
+// size histogram's sum, the changes those commits carried.
 const (
 	commitSum   = "state_commit_duration_seconds_sum"
 	commitCount = "state_commit_duration_seconds_count"
+	batchSum    = "state_commit_batch_size_sum"
 )
 
 // parallel runs fn(worker, i) for every i in [0, n) on min(workers, n) goroutines; worker is the

@@ -47,6 +47,13 @@ type WritersResult struct {
 	OpsPerSec float64 `json:"ops_per_sec"`
 	P50US     float64 `json:"p50_us"`
 	P95US     float64 `json:"p95_us"`
+	// OpsPerCommit is how many changes shared one of stated's commits over the phase, and
+	// CommitBusyPct the share of the phase's wall time stated spent committing (fsync included): near
+	// 100 the disk was the limit, well below it the CPU. From stated's metrics; CommitMeasured is false
+	// without a metrics URL.
+	OpsPerCommit   float64 `json:"ops_per_commit,omitempty"`
+	CommitBusyPct  float64 `json:"commit_busy_pct,omitempty"`
+	CommitMeasured bool    `json:"commit_measured"`
 }
 
 // FanoutResult is the fanout phase: the time from the start of a put until the last of Watches
@@ -96,6 +103,8 @@ func (r *Report) Figures() []Figure {
 		{fmt.Sprintf("writers-%d-ops/s", w), r.Writers.OpsPerSec, true},
 		{fmt.Sprintf("writers-%d-p50-us", w), r.Writers.P50US, true},
 		{fmt.Sprintf("writers-%d-p95-us", w), r.Writers.P95US, true},
+		{fmt.Sprintf("writers-%d-ops/commit", w), r.Writers.OpsPerCommit, r.Writers.CommitMeasured},
+		{fmt.Sprintf("writers-%d-commit-busy-pct", w), r.Writers.CommitBusyPct, r.Writers.CommitMeasured},
 		{fmt.Sprintf("fanout-%d-p50-us", f), r.Fanout.P50US, true},
 		{fmt.Sprintf("fanout-%d-p95-us", f), r.Fanout.P95US, true},
 		{"rss-idle-MiB", r.Idle.RSSMiB, r.Idle.Measured},
@@ -106,24 +115,28 @@ func (r *Report) Figures() []Figure {
 // WriteTable prints the report for people: what ran, then one figure per line.
 func (r *Report) WriteTable(out io.Writer) error {
 	s, w, f, i := r.SerialCAS, r.Writers, r.Fanout, r.Idle
-	notes := map[int]string{
-		0:  fmt.Sprintf("%d ops: %d owners x %d rounds, one connection, keys cas/o-*", s.Ops, s.Owners, s.Rounds),
-		3:  "stated's mean database commit (fsync included) in the serial phase, from its metrics",
-		4:  fmt.Sprintf("%d info requests over the same connection: a request that writes nothing", rttRequests),
-		5:  fmt.Sprintf("%d ops: %d writers x %d CAS, one connection each, %.2f s", w.Ops, w.Writers, w.Ops/max(w.Writers, 1), w.Seconds),
-		8:  fmt.Sprintf("%d watches over %d connections (%d principal(s)), %d puts; until the last watcher has it", f.Watches, f.Connections, f.Principals, f.Rounds),
-		10: fmt.Sprintf("%d entries written (%d bench entries in the namespace), then idle with one connection", i.Entries, i.BenchEntries),
-		11: "the same, before the bench closed all its connections but one",
+	notes := map[string]string{
+		"serial-cas-p50-us":     fmt.Sprintf("%d ops: %d owners x %d rounds, one connection, keys cas/o-*", s.Ops, s.Owners, s.Rounds),
+		"serial-commit-mean-us": "stated's mean database commit (fsync included) in the serial phase, from its metrics",
+		"request-rtt-p50-us":    fmt.Sprintf("%d info requests over the same connection: a request that writes nothing", rttRequests),
+		fmt.Sprintf("writers-%d-ops/s", w.Writers): fmt.Sprintf("%d ops: %d writers x %d CAS, one connection each, %.2f s",
+			w.Ops, w.Writers, w.Ops/max(w.Writers, 1), w.Seconds),
+		fmt.Sprintf("writers-%d-ops/commit", w.Writers):      "changes per stated commit in the writers phase, from its metrics",
+		fmt.Sprintf("writers-%d-commit-busy-pct", w.Writers): "share of the writers phase stated spent committing (near 100: the disk is the limit)",
+		fmt.Sprintf("fanout-%d-p50-us", f.Watches): fmt.Sprintf("%d watches over %d connections (%d principal(s)), %d puts; until the last watcher has it",
+			f.Watches, f.Connections, f.Principals, f.Rounds),
+		"rss-idle-MiB": fmt.Sprintf("%d entries written (%d bench entries in the namespace), then idle with one connection", i.Entries, i.BenchEntries),
+		fmt.Sprintf("rss-idle-%d-conns-MiB", i.Connections): "the same, before the bench closed all its connections but one",
 	}
 	fmt.Fprintf(out, "stated %s, namespace %s, %d-byte %s documents\n\n", r.ServerVersion, r.Namespace, r.DocumentBytes, r.Schema)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "FIGURE\tVALUE\tWORKLOAD")
-	for k, fig := range r.Figures() {
+	for _, fig := range r.Figures() {
 		v := "not measured (no --metrics-url)"
 		if fig.Measured {
 			v = formatValue(fig.Value)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", fig.Name, v, notes[k])
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", fig.Name, v, notes[fig.Name])
 	}
 	return tw.Flush()
 }
