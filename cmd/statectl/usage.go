@@ -115,8 +115,8 @@ Measure a running stated as admin principals (the defaults are the qualification
      previous revision, one at a time: p50, p95, max latency, and stated's mean commit (fsync
      included) from --metrics-url: the disk's share; first, 200 info requests: the round trip's share;
   2. --writers concurrent writers, one connection and key each, --rounds CAS each: ops/s, p50, p95,
-     and from --metrics-url the changes per commit and the share of the phase stated spent
-     committing (near 100%: the disk is the limit);
+     and from --metrics-url the changes per commit and the share of the phase stated spent in
+     commits (near 100%: commits are the bottleneck);
   3. fanout: --watches watches of one key over --connections connections, --rounds puts: the time
      from the start of a put until the last watcher has it (every watcher acknowledges): p50, p95;
   4. idle memory: --entries entries written, --idle waited, then stated's RSS from --metrics-url

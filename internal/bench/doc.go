@@ -9,8 +9,8 @@
 //     the p50 round trip of 200 info requests: the transport's share;
 //  2. concurrent writers: Writers goroutines, each with its own connection and key (writers/w-NNN),
 //     Rounds compare-and-sets each, all at once; throughput, p50 and p95, and (with a metrics URL)
-//     the changes per stated commit and the share of the phase stated spent committing: near 100% the
-//     disk is the limit, well below it the CPU;
+//     the changes per stated commit and the share of the phase stated spent in commits (near 100%,
+//     commits one after another are the bottleneck);
 //  3. fanout: Watches watches of one key (fanout/k) spread over Connections connections, Rounds puts;
 //     the time from the start of a put until the last watcher holds the update (every watcher
 //     acknowledges every update); p50 and p95;

@@ -48,9 +48,10 @@ type WritersResult struct {
 	P50US     float64 `json:"p50_us"`
 	P95US     float64 `json:"p95_us"`
 	// OpsPerCommit is how many changes shared one of stated's commits over the phase, and
-	// CommitBusyPct the share of the phase's wall time stated spent committing (fsync included): near
-	// 100 the disk was the limit, well below it the CPU. From stated's metrics; CommitMeasured is false
-	// without a metrics URL.
+	// CommitBusyPct the share of the phase's wall time stated spent in commits (their page writes,
+	// fsyncs and CPU, one commit at a time): near 100 the commits are the bottleneck, and what slows
+	// them (the disk, or CPU the commits wait for) decides the throughput. From stated's metrics;
+	// CommitMeasured is false without a metrics URL.
 	OpsPerCommit   float64 `json:"ops_per_commit,omitempty"`
 	CommitBusyPct  float64 `json:"commit_busy_pct,omitempty"`
 	CommitMeasured bool    `json:"commit_measured"`
@@ -122,7 +123,7 @@ func (r *Report) WriteTable(out io.Writer) error {
 		fmt.Sprintf("writers-%d-ops/s", w.Writers): fmt.Sprintf("%d ops: %d writers x %d CAS, one connection each, %.2f s",
 			w.Ops, w.Writers, w.Ops/max(w.Writers, 1), w.Seconds),
 		fmt.Sprintf("writers-%d-ops/commit", w.Writers):      "changes per stated commit in the writers phase, from its metrics",
-		fmt.Sprintf("writers-%d-commit-busy-pct", w.Writers): "share of the writers phase stated spent committing (near 100: the disk is the limit)",
+		fmt.Sprintf("writers-%d-commit-busy-pct", w.Writers): "share of the writers phase stated spent in commits (near 100: commits are the bottleneck)",
 		fmt.Sprintf("fanout-%d-p50-us", f.Watches): fmt.Sprintf("%d watches over %d connections (%d principal(s)), %d puts; until the last watcher has it",
 			f.Watches, f.Connections, f.Principals, f.Rounds),
 		"rss-idle-MiB": fmt.Sprintf("%d entries written (%d bench entries in the namespace), then idle with one connection", i.Entries, i.BenchEntries),
