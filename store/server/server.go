@@ -341,8 +341,12 @@ func (s *Server) serve(op wire.Op, req micro.Request) {
 		id, res, after = s.dispatch(op, req)
 	}
 	res.RequestID = id
-	body := wire.AppendResult(make([]byte, 0, 512), &res) // entries are encoded without re-validating their documents
-	respErr := req.Respond(body)
+	// Entries are encoded without re-validating their documents, into a reused buffer: Respond copies
+	// the reply into the connection's buffer.
+	bp := encodeBuffers.Get().(*[]byte)
+	*bp = wire.AppendResult((*bp)[:0], &res)
+	respErr := req.Respond(*bp)
+	putEncodeBuffer(bp)
 	if after != nil {
 		after(respErr)
 	}
@@ -488,14 +492,24 @@ func (g *gate) sink(m store.Message) {
 		return
 	}
 	// Publish copies the message into the connection's buffer: the encoding's buffer is reused.
-	bp := messageBuffers.Get().(*[]byte)
+	bp := encodeBuffers.Get().(*[]byte)
 	*bp = m.AppendJSON((*bp)[:0])
 	_ = g.nc.Publish(g.subject, *bp) // buffered; a lost connection is seen by the client as a gap
-	messageBuffers.Put(bp)
+	putEncodeBuffer(bp)
 }
 
-// messageBuffers hold watch messages while they are published.
-var messageBuffers = sync.Pool{New: func() any { return new([]byte) }}
+// encodeBuffers hold replies and watch messages while they are published.
+var encodeBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledBuffer bounds the buffers kept for reuse: a large snapshot reply's buffer goes to the
+// garbage collector rather than staying in the pool.
+const maxPooledBuffer = 64 << 10
+
+func putEncodeBuffer(bp *[]byte) {
+	if cap(*bp) <= maxPooledBuffer {
+		encodeBuffers.Put(bp)
+	}
+}
 
 func (g *gate) open() {
 	g.mu.Lock()

@@ -1,8 +1,11 @@
 package server_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,6 +75,65 @@ func TestRequestsOverNATS(t *testing.T) {
 	if !info.OK || len(info.Features) != 1 || info.Features[0] != wire.FeatureStateStore || info.Bounds == nil || info.Epoch == "" {
 		t.Fatalf("info %+v", info)
 	}
+}
+
+// Replies are encoded into reused buffers: many concurrent requests with documents of many sizes, a
+// reply too big to keep for reuse among them, and every reply still carries its own request's entry.
+func TestConcurrentRepliesKeepTheirOwnBodies(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	nc := env.Connect(t, "coordinator")
+	const workers, each = 16, 25
+	doc := func(w, i int) string {
+		return fmt.Sprintf(`{"holder":"w%d-%d","claimed_at_ms":%d,"purpose":"%s"}`, w, i, w*1000+i,
+			strings.TrimSpace(strings.Repeat("plain words ", (w*97+i*31)%400)))
+	}
+	check := func(op wire.Op, w, i int, body string) error {
+		msg, err := nc.Request(wire.StateSubject(wire.DefaultPrefix, "coordinator", op), []byte(body), timeout)
+		if err != nil {
+			return fmt.Errorf("%s %d/%d: %v", op, w, i, err)
+		}
+		var r wire.Result
+		if err := json.Unmarshal(msg.Data, &r); err != nil {
+			return fmt.Errorf("%s %d/%d: reply %.200s: %v", op, w, i, msg.Data, err)
+		}
+		key := fmt.Sprintf("leases/w%d-%d", w, i)
+		if !r.OK || r.RequestID != int64(w*1000+i) || r.Entry == nil || r.Entry.Key != key || !bytes.Equal(r.Entry.Document, []byte(doc(w, i))) {
+			return fmt.Errorf("%s %d/%d: reply for another request or garbled: %.300s", op, w, i, msg.Data)
+		}
+		return nil
+	}
+	run := func(op wire.Op) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, workers*each)
+		for w := range workers {
+			wg.Go(func() {
+				for i := range each {
+					body := fmt.Sprintf(`{"request_id":%d,"namespace":"service/tx","key":"leases/w%d-%d"}`, w*1000+i, w, i)
+					if op == wire.OpPut {
+						body = fmt.Sprintf(`{"request_id":%d,"namespace":"service/tx","key":"leases/w%d-%d","schema":"keeppeek.lease.v1","document":%s}`,
+							w*1000+i, w, i, doc(w, i))
+					}
+					if err := check(op, w, i, body); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	}
+	run(wire.OpPut)
+	// A list reply of 256 entries is far bigger than the buffers kept for reuse.
+	r := request(t, nc, "coordinator", wire.OpList, `{"namespace":"service/tx","limit":256}`)
+	if !r.OK || len(r.Entries) != 256 {
+		t.Fatalf("list: ok %v, %d entries", r.OK, len(r.Entries))
+	}
+	run(wire.OpGet)
 }
 
 func TestMicroServiceDiscoverable(t *testing.T) {
