@@ -39,11 +39,9 @@ func (r *runner) serial(ctx context.Context) (SerialResult, error) {
 		}
 		rtt = append(rtt, time.Since(start))
 	}
-	var before []float64
-	if r.cfg.MetricsURL != "" {
-		if before, err = metricValues(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout, commitSum, commitCount); err != nil {
-			return SerialResult{}, err
-		}
+	commits, err := r.startMeter(ctx, commitSum, commitCount)
+	if err != nil {
+		return SerialResult{}, err
 	}
 	lat := make([]time.Duration, 0, ops)
 	for range r.cfg.Rounds {
@@ -62,14 +60,12 @@ func (r *runner) serial(ctx context.Context) (SerialResult, error) {
 	s := summarize(lat)
 	res := SerialResult{Ops: ops, Owners: r.cfg.Owners, Rounds: r.cfg.Rounds, P50US: s.p50, P95US: s.p95, MaxUS: s.max,
 		RequestRTTP50US: summarize(rtt).p50}
-	if before != nil {
-		after, err := metricValues(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout, commitSum, commitCount)
-		if err != nil {
-			return SerialResult{}, err
-		}
-		if n := after[1] - before[1]; n > 0 {
-			res.CommitMeasured, res.CommitMeanUS = true, math.Round((after[0]-before[0])/n*1e6)
-		}
+	grown, err := commits.since(ctx)
+	if err != nil {
+		return SerialResult{}, err
+	}
+	if grown != nil && grown[1] > 0 {
+		res.CommitMeasured, res.CommitMeanUS = true, math.Round(grown[0]/grown[1]*1e6)
 	}
 	return res, nil
 }
@@ -84,11 +80,9 @@ func (r *runner) writers(ctx context.Context) (WritersResult, error) {
 		return WritersResult{}, err
 	}
 	r.logf("concurrent writers: %d writers x %d CAS, one connection each", n, r.cfg.Rounds)
-	var before []float64
-	if r.cfg.MetricsURL != "" {
-		if before, err = metricValues(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout, commitSum, commitCount, batchSum); err != nil {
-			return WritersResult{}, err
-		}
+	commits, err := r.startMeter(ctx, commitSum, commitCount, batchSum)
+	if err != nil {
+		return WritersResult{}, err
 	}
 	lats := make([][]time.Duration, n)
 	errs := make([]error, n)
@@ -125,16 +119,14 @@ func (r *runner) writers(ctx context.Context) (WritersResult, error) {
 	s := summarize(all)
 	res := WritersResult{Writers: n, Ops: len(all), Seconds: elapsed.Seconds(),
 		OpsPerSec: float64(len(all)) / elapsed.Seconds(), P50US: s.p50, P95US: s.p95}
-	if before != nil {
-		after, err := metricValues(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout, commitSum, commitCount, batchSum)
-		if err != nil {
-			return WritersResult{}, err
-		}
-		if commits := after[1] - before[1]; commits > 0 {
-			res.CommitMeasured = true
-			res.OpsPerCommit = math.Round((after[2]-before[2])/commits*10) / 10
-			res.CommitBusyPct = math.Round((after[0]-before[0])/elapsed.Seconds()*1000) / 10
-		}
+	grown, err := commits.since(ctx)
+	if err != nil {
+		return WritersResult{}, err
+	}
+	if grown != nil && grown[1] > 0 {
+		res.CommitMeasured = true
+		res.OpsPerCommit = math.Round(grown[2]/grown[1]*10) / 10
+		res.CommitBusyPct = math.Round(grown[0]/elapsed.Seconds()*1000) / 10
 	}
 	return res, nil
 }
@@ -390,6 +382,39 @@ func metricValues(ctx context.Context, url string, timeout time.Duration, names 
 		return nil, fmt.Errorf("read metrics: %s has no %s (is it stated's /metrics?)", url, names[i])
 	}
 	return values, nil
+}
+
+// meter reads some of stated's metrics at the start of a phase, so that since can tell how much each
+// grew during it. Without a metrics URL it reads nothing and since returns nil.
+type meter struct {
+	r     *runner
+	names []string
+	start []float64
+}
+
+func (r *runner) startMeter(ctx context.Context, names ...string) (*meter, error) {
+	m := &meter{r: r, names: names}
+	if r.cfg.MetricsURL == "" {
+		return m, nil
+	}
+	var err error
+	m.start, err = metricValues(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout, names...)
+	return m, err
+}
+
+// since returns how much each metric grew since startMeter, in the order they were named.
+func (m *meter) since(ctx context.Context) ([]float64, error) {
+	if m.start == nil {
+		return nil, nil
+	}
+	now, err := metricValues(ctx, m.r.cfg.MetricsURL, m.r.cfg.RequestTimeout, m.names...)
+	if err != nil {
+		return nil, err
+	}
+	for i := range now {
+		now[i] -= m.start[i]
+	}
+	return now, nil
 }
 
 // rttRequests is how many info requests measure a request's round trip before the serial phase.

@@ -90,45 +90,39 @@ type Figure struct {
 	Value float64 `json:"value"`
 	// Measured is false for a figure that was not measured (rss-idle-MiB without a metrics URL).
 	Measured bool `json:"measured"`
+	// Note says, for the table, what workload the figure (and those after it, up to the next note)
+	// came from.
+	Note string `json:"note,omitempty"`
 }
 
 // Figures lists the report's numbers in a fixed order.
 func (r *Report) Figures() []Figure {
-	w, f := r.Writers.Writers, r.Fanout.Watches
+	s, w, f, i := r.SerialCAS, r.Writers, r.Fanout, r.Idle
+	n, k := w.Writers, f.Watches
 	return []Figure{
-		{"serial-cas-p50-us", r.SerialCAS.P50US, true},
-		{"serial-cas-p95-us", r.SerialCAS.P95US, true},
-		{"serial-cas-max-us", r.SerialCAS.MaxUS, true},
-		{"serial-commit-mean-us", r.SerialCAS.CommitMeanUS, r.SerialCAS.CommitMeasured},
-		{"request-rtt-p50-us", r.SerialCAS.RequestRTTP50US, true},
-		{fmt.Sprintf("writers-%d-ops/s", w), r.Writers.OpsPerSec, true},
-		{fmt.Sprintf("writers-%d-p50-us", w), r.Writers.P50US, true},
-		{fmt.Sprintf("writers-%d-p95-us", w), r.Writers.P95US, true},
-		{fmt.Sprintf("writers-%d-ops/commit", w), r.Writers.OpsPerCommit, r.Writers.CommitMeasured},
-		{fmt.Sprintf("writers-%d-commit-busy-pct", w), r.Writers.CommitBusyPct, r.Writers.CommitMeasured},
-		{fmt.Sprintf("fanout-%d-p50-us", f), r.Fanout.P50US, true},
-		{fmt.Sprintf("fanout-%d-p95-us", f), r.Fanout.P95US, true},
-		{"rss-idle-MiB", r.Idle.RSSMiB, r.Idle.Measured},
-		{fmt.Sprintf("rss-idle-%d-conns-MiB", r.Idle.Connections), r.Idle.ConnsRSSMiB, r.Idle.Measured},
+		{"serial-cas-p50-us", s.P50US, true, fmt.Sprintf("%d ops: %d owners x %d rounds, one connection, keys cas/o-*", s.Ops, s.Owners, s.Rounds)},
+		{"serial-cas-p95-us", s.P95US, true, ""},
+		{"serial-cas-max-us", s.MaxUS, true, ""},
+		{"serial-commit-mean-us", s.CommitMeanUS, s.CommitMeasured, "stated's mean database commit (fsync included) in the serial phase, from its metrics"},
+		{"request-rtt-p50-us", s.RequestRTTP50US, true, fmt.Sprintf("%d info requests over the same connection: a request that writes nothing", rttRequests)},
+		{fmt.Sprintf("writers-%d-ops/s", n), w.OpsPerSec, true, fmt.Sprintf("%d ops: %d writers x %d CAS, one connection each, %.2f s",
+			w.Ops, w.Writers, w.Ops/max(w.Writers, 1), w.Seconds)},
+		{fmt.Sprintf("writers-%d-p50-us", n), w.P50US, true, ""},
+		{fmt.Sprintf("writers-%d-p95-us", n), w.P95US, true, ""},
+		{fmt.Sprintf("writers-%d-ops/commit", n), w.OpsPerCommit, w.CommitMeasured, "changes per stated commit in the writers phase, from its metrics"},
+		{fmt.Sprintf("writers-%d-commit-busy-pct", n), w.CommitBusyPct, w.CommitMeasured,
+			"share of the writers phase stated spent in commits (near 100: commits are the bottleneck)"},
+		{fmt.Sprintf("fanout-%d-p50-us", k), f.P50US, true, fmt.Sprintf("%d watches over %d connections (%d principal(s)), %d puts; until the last watcher has it",
+			f.Watches, f.Connections, f.Principals, f.Rounds)},
+		{fmt.Sprintf("fanout-%d-p95-us", k), f.P95US, true, ""},
+		{"rss-idle-MiB", i.RSSMiB, i.Measured, fmt.Sprintf("%d entries written (%d bench entries in the namespace), then idle with one connection",
+			i.Entries, i.BenchEntries)},
+		{fmt.Sprintf("rss-idle-%d-conns-MiB", i.Connections), i.ConnsRSSMiB, i.Measured, "the same, before the bench closed all its connections but one"},
 	}
 }
 
 // WriteTable prints the report for people: what ran, then one figure per line.
 func (r *Report) WriteTable(out io.Writer) error {
-	s, w, f, i := r.SerialCAS, r.Writers, r.Fanout, r.Idle
-	notes := map[string]string{
-		"serial-cas-p50-us":     fmt.Sprintf("%d ops: %d owners x %d rounds, one connection, keys cas/o-*", s.Ops, s.Owners, s.Rounds),
-		"serial-commit-mean-us": "stated's mean database commit (fsync included) in the serial phase, from its metrics",
-		"request-rtt-p50-us":    fmt.Sprintf("%d info requests over the same connection: a request that writes nothing", rttRequests),
-		fmt.Sprintf("writers-%d-ops/s", w.Writers): fmt.Sprintf("%d ops: %d writers x %d CAS, one connection each, %.2f s",
-			w.Ops, w.Writers, w.Ops/max(w.Writers, 1), w.Seconds),
-		fmt.Sprintf("writers-%d-ops/commit", w.Writers):      "changes per stated commit in the writers phase, from its metrics",
-		fmt.Sprintf("writers-%d-commit-busy-pct", w.Writers): "share of the writers phase stated spent in commits (near 100: commits are the bottleneck)",
-		fmt.Sprintf("fanout-%d-p50-us", f.Watches): fmt.Sprintf("%d watches over %d connections (%d principal(s)), %d puts; until the last watcher has it",
-			f.Watches, f.Connections, f.Principals, f.Rounds),
-		"rss-idle-MiB": fmt.Sprintf("%d entries written (%d bench entries in the namespace), then idle with one connection", i.Entries, i.BenchEntries),
-		fmt.Sprintf("rss-idle-%d-conns-MiB", i.Connections): "the same, before the bench closed all its connections but one",
-	}
 	fmt.Fprintf(out, "stated %s, namespace %s, %d-byte %s documents\n\n", r.ServerVersion, r.Namespace, r.DocumentBytes, r.Schema)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "FIGURE\tVALUE\tWORKLOAD")
@@ -137,7 +131,7 @@ func (r *Report) WriteTable(out io.Writer) error {
 		if fig.Measured {
 			v = formatValue(fig.Value)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", fig.Name, v, notes[fig.Name])
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", fig.Name, v, fig.Note)
 	}
 	return tw.Flush()
 }
