@@ -41,10 +41,7 @@ func (s *scanner) value(depth int) bool {
 	}
 	switch c := s.b[s.pos]; {
 	case c == '{':
-		s.pos++
-		s.space()
-		if s.pos < len(s.b) && s.b[s.pos] == '}' {
-			s.pos++
+		if s.open('}') {
 			return true
 		}
 		for {
@@ -61,24 +58,12 @@ func (s *scanner) value(depth int) bool {
 			if !s.value(depth + 1) {
 				return false
 			}
-			s.space()
-			if s.pos >= len(s.b) {
-				return false
+			if done, ok := s.next('}'); done || !ok {
+				return ok
 			}
-			if s.b[s.pos] == '}' {
-				s.pos++
-				return true
-			}
-			if s.b[s.pos] != ',' {
-				return false
-			}
-			s.pos++
 		}
 	case c == '[':
-		s.pos++
-		s.space()
-		if s.pos < len(s.b) && s.b[s.pos] == ']' {
-			s.pos++
+		if s.open(']') {
 			return true
 		}
 		for {
@@ -86,18 +71,9 @@ func (s *scanner) value(depth int) bool {
 			if !s.value(depth + 1) {
 				return false
 			}
-			s.space()
-			if s.pos >= len(s.b) {
-				return false
+			if done, ok := s.next(']'); done || !ok {
+				return ok
 			}
-			if s.b[s.pos] == ']' {
-				s.pos++
-				return true
-			}
-			if s.b[s.pos] != ',' {
-				return false
-			}
-			s.pos++
 		}
 	case c == '"':
 		return s.str()
@@ -111,6 +87,35 @@ func (s *scanner) value(depth int) bool {
 		return s.num()
 	}
 	return false
+}
+
+// open consumes a container's opening byte and reports whether the container ends at once (end).
+func (s *scanner) open(end byte) bool {
+	s.pos++
+	s.space()
+	if s.pos < len(s.b) && s.b[s.pos] == end {
+		s.pos++
+		return true
+	}
+	return false
+}
+
+// next consumes what follows an element of a container: its end (done) or a comma; ok is false for
+// anything else.
+func (s *scanner) next(end byte) (done, ok bool) {
+	s.space()
+	if s.pos >= len(s.b) {
+		return false, false
+	}
+	switch s.b[s.pos] {
+	case end:
+		s.pos++
+		return true, true
+	case ',':
+		s.pos++
+		return false, true
+	}
+	return false, false
 }
 
 func (s *scanner) lit(w string) bool {
