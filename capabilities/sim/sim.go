@@ -730,8 +730,8 @@ func (s *Sim) stopPublicationLocked(principal string, body []byte) (capabilities
 	if err := decode(body, &req); err != nil {
 		return capabilities.Reply{}, err
 	}
-	if !capabilities.ValidIdentifier(req.PublicationID) {
-		return capabilities.Reply{}, capabilities.Errorf(capabilities.CodeInvalidArgument, "invalid publication_id %q", req.PublicationID)
+	if err := identifiers("publication_id", req.PublicationID); err != nil {
+		return capabilities.Reply{}, err
 	}
 	p := s.pubs[req.PublicationID]
 	if p == nil || p.Principal != principal {
@@ -783,8 +783,8 @@ func (s *Sim) unsubscribeCmdLocked(principal string, body []byte) (capabilities.
 	if err := decode(body, &req); err != nil {
 		return capabilities.Reply{}, err
 	}
-	if !capabilities.ValidIdentifier(req.SubscriptionID) {
-		return capabilities.Reply{}, capabilities.Errorf(capabilities.CodeInvalidArgument, "invalid subscription_id %q", req.SubscriptionID)
+	if err := identifiers("subscription_id", req.SubscriptionID); err != nil {
+		return capabilities.Reply{}, err
 	}
 	sub := s.subs[req.SubscriptionID]
 	if sub == nil || sub.Principal != principal {
