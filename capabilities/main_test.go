@@ -11,6 +11,7 @@ import (
 	"github.com/keeppeek/coordination/capabilities"
 	"github.com/keeppeek/coordination/capabilities/sim"
 	"github.com/keeppeek/coordination/internal/natsserver"
+	"github.com/keeppeek/coordination/internal/natstest"
 )
 
 func TestMain(m *testing.M) {
@@ -33,18 +34,10 @@ type env struct {
 	sim *sim.Sim
 }
 
-// startNATS starts an in-process nats-server, shut down at cleanup.
+// startNATS starts an in-process nats-server, shut down at cleanup, and returns its URL.
 func startNATS(t testing.TB) string {
 	t.Helper()
-	ns, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatalf("nats server: %v", err)
-	}
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	return ns.ClientURL()
+	return natstest.Start(t, natsserver.Options{}).ClientURL()
 }
 
 // connect opens a NATS connection closed at cleanup.

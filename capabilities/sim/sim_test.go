@@ -14,6 +14,7 @@ import (
 	"github.com/keeppeek/coordination/capabilities"
 	"github.com/keeppeek/coordination/capabilities/sim"
 	"github.com/keeppeek/coordination/internal/natsserver"
+	"github.com/keeppeek/coordination/internal/natstest"
 )
 
 func TestMain(m *testing.M) {
@@ -31,14 +32,7 @@ func ctxT(t testing.TB) context.Context {
 // start runs NATS and a simulator with opts; it returns the simulator and a client connection.
 func start(t *testing.T, opts sim.Options) (*sim.Sim, *nats.Conn) {
 	t.Helper()
-	ns, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
+	ns := natstest.Start(t, natsserver.Options{})
 	conn := func() *nats.Conn {
 		nc, err := nats.Connect(ns.ClientURL())
 		if err != nil {

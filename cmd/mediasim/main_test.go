@@ -14,6 +14,7 @@ import (
 
 	"github.com/keeppeek/coordination/capabilities"
 	"github.com/keeppeek/coordination/internal/natsserver"
+	"github.com/keeppeek/coordination/internal/natstest"
 )
 
 func TestMain(m *testing.M) {
@@ -39,16 +40,9 @@ func (s *syncBuffer) String() string {
 }
 
 func TestMediasimServesUntilCancelled(t *testing.T) {
-	ns, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0", Users: []natsserver.User{
+	ns := natstest.Start(t, natsserver.Options{Users: []natsserver.User{
 		{Name: "media", Password: "m"}, {Name: "alice", Password: "a"},
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	}()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

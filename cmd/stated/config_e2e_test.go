@@ -10,6 +10,7 @@ import (
 
 	"github.com/keeppeek/coordination/internal/e2e"
 	"github.com/keeppeek/coordination/internal/natsserver"
+	"github.com/keeppeek/coordination/internal/natstest"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -45,11 +46,7 @@ func TestE2ESettingsNamespace(t *testing.T) {
 // TestE2EExternalNATS: with [nats] url, stated serves through an external NATS server instead of
 // starting its own.
 func TestE2EExternalNATS(t *testing.T) {
-	ns, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ns := natstest.Start(t, natsserver.Options{})
 	s := e2e.NewStated(t, e2e.Config{NATSURL: ns.ClientURL()})
 	s.Start()
 	nc, err := nats.Connect(ns.ClientURL(), nats.CustomInboxPrefix(wire.InboxPrefix("dev")))

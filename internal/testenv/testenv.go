@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keeppeek/coordination/internal/natsserver"
+	"github.com/keeppeek/coordination/internal/natstest"
 	"github.com/keeppeek/coordination/store"
 	"github.com/keeppeek/coordination/store/policy"
 	"github.com/keeppeek/coordination/store/server"
@@ -56,23 +57,18 @@ func Start(t testing.TB, o Options) *Env {
 	if o.DataDir == "" {
 		o.DataDir = t.TempDir()
 	}
-	ns, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatalf("testenv: nats: %v", err)
-	}
+	ns := natstest.Start(t, natsserver.Options{}) // shut down at cleanup, after the server (registered later)
 	opts := store.DefaultOptions()
 	if o.Bounds != nil {
 		opts.Bounds = *o.Bounds
 	}
 	st, err := store.Open(filepath.Join(o.DataDir, "state-store.db"), opts)
 	if err != nil {
-		ns.Shutdown()
 		t.Fatalf("testenv: store: %v", err)
 	}
 	nc, err := nats.Connect(ns.ClientURL(), nats.Name("stated"))
 	if err != nil {
 		st.Close()
-		ns.Shutdown()
 		t.Fatalf("testenv: connect: %v", err)
 	}
 	sopts := server.Options{Principals: o.Principals}
@@ -88,7 +84,6 @@ func Start(t testing.TB, o Options) *Env {
 	if err != nil {
 		nc.Close()
 		st.Close()
-		ns.Shutdown()
 		t.Fatalf("testenv: server: %v", err)
 	}
 	e := &Env{URL: ns.ClientURL(), Store: st, Server: srv, NATS: ns, Metrics: sopts.Metrics, conn: nc}
@@ -101,8 +96,6 @@ func (e *Env) stop() {
 	defer cancel()
 	_ = e.Server.Stop(ctx)
 	e.conn.Close()
-	e.NATS.Shutdown()
-	e.NATS.WaitForShutdown()
 }
 
 // Connect opens a connection for principal with the inbox prefix its permissions require, closed at
