@@ -35,6 +35,10 @@ import (
 // those commits would carry its operations at, back to back, if a commit cost nothing else: the disk's
 // ceiling for this workload at the batch sizes it formed (ops/commit).
 //
+// fdatasync-4k is the disk's own floor, under any engine: one 4 KiB page written and synced, serial.
+// A bbolt commit syncs twice (its pages, then its meta page), so no durable operation that is
+// answered after its commit can take less than two of these.
+//
 // durable-vs-raw runs the two serial workloads interleaved and reports their p50 ratio, the same
 // comparison made under the same disk conditions.
 //
@@ -43,6 +47,7 @@ import (
 // fanout-1024 p50 <= 250 us; churn max-file-MiB <= 5.
 func BenchmarkQualification(b *testing.B) {
 	qualCheckDoc(b)
+	b.Run("fdatasync-4k", benchQualSync)
 	b.Run("raw-bbolt-commit", benchQualRawBolt)
 	b.Run("in-memory-cas", func(b *testing.B) { benchQualSerialCAS(b, true) })
 	b.Run("durable-cas", func(b *testing.B) { benchQualSerialCAS(b, false) })
@@ -127,6 +132,46 @@ func timed(lat *qualLatencies, op func() error) error {
 	err := op()
 	lat.add(time.Since(t0))
 	return err
+}
+
+// benchQualSync writes one 4 KiB page and syncs its data, qualOps times, serial, each at a different
+// offset of a file allocated and synced beforehand (as bbolt's pages are), so a sync never has a
+// file size to record.
+func benchQualSync(b *testing.B) {
+	const page, pages = 4096, 1024
+	f, err := os.Create(filepath.Join(b.TempDir(), "sync.dat"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, page)
+	for i := range pages {
+		if _, err := f.WriteAt(buf, int64(i)*page); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := qualDataSync(f); err != nil {
+		b.Fatal(err)
+	}
+	var lat qualLatencies
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		for op := range qualOps {
+			buf[0] = byte(op)
+			// 397 is prime to pages: consecutive writes land on scattered pages, as a commit's do.
+			off := int64(op*397%pages) * page
+			if err := timed(&lat, func() error {
+				if _, err := f.WriteAt(buf, off); err != nil {
+					return err
+				}
+				return qualDataSync(f)
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.StopTimer()
+	lat.report(b, "")
 }
 
 // benchQualRawBolt is the floor: one plain bbolt Update of one 2,193-byte value per operation, serial,
