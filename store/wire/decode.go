@@ -138,7 +138,7 @@ func (d *decoder) object(field func(d *decoder, name string) error) error {
 		if d.pos >= len(d.b) || d.b[d.pos] != '"' {
 			return d.syntax()
 		}
-		name, err := d.str()
+		name, err := d.name()
 		if err != nil {
 			return err
 		}
@@ -206,6 +206,21 @@ func (d *decoder) fallback(v any) error {
 		return err
 	}
 	return json.Unmarshal(raw, v)
+}
+
+// name reads a member name. A plain ASCII name is returned as a view of the input, without a copy:
+// the field callbacks of object only compare it, and must not keep it.
+func (d *decoder) name() (string, error) {
+	start := d.pos
+	end := PlainRun(d.b, start+1)
+	if end < len(d.b) && d.b[end] == '"' {
+		d.pos = end + 1
+		if end == start+1 {
+			return "", nil
+		}
+		return unsafe.String(&d.b[start+1], end-start-1), nil
+	}
+	return d.str()
 }
 
 // str reads a string token. A plain ASCII string (the usual case) is sliced without a copy of its own

@@ -270,25 +270,28 @@ func strictJSON(data []byte, v any) error {
 	return nil
 }
 
-var fieldNameCache sync.Map // reflect.Type -> map[string]bool
+var fieldNameCache sync.Map // reflect.Type -> map[string]uint64, each name's bit
 
 // checkFieldNames rejects top-level names that are not exactly a json tag of t, and duplicates.
 func checkFieldNames(obj []byte, t reflect.Type) error {
-	var names map[string]bool
+	var names map[string]uint64
 	if c, ok := fieldNameCache.Load(t); ok {
-		names = c.(map[string]bool)
+		names = c.(map[string]uint64)
 	} else {
-		names = map[string]bool{}
+		names = map[string]uint64{}
 		if t.Kind() == reflect.Struct {
 			for i := range t.NumField() {
 				if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
-					names[name] = true
+					if len(names) == 64 {
+						panic("wire: request type " + t.String() + " has more than 64 fields")
+					}
+					names[name] = 1 << len(names)
 				}
 			}
 		}
 		fieldNameCache.Store(t, names)
 	}
-	seen := make(map[string]bool, 8)
+	var seen uint64
 	pos := skipSpace(obj, 1) // after '{'
 	if pos < len(obj) && obj[pos] == '}' {
 		return nil
@@ -305,14 +308,15 @@ func checkFieldNames(obj []byte, t reflect.Type) error {
 			// An escaped or unterminated name is never one of ours.
 			return Errorf(CodeInvalidArgument, "unknown field %.64q", obj[pos:min(end+1, len(obj))])
 		}
-		name := string(obj[pos+1 : end])
-		if !names[name] {
+		name := obj[pos+1 : end]
+		bit := names[string(name)]
+		if bit == 0 {
 			return Errorf(CodeInvalidArgument, "unknown field %q", name)
 		}
-		if seen[name] {
+		if seen&bit != 0 {
 			return Errorf(CodeInvalidArgument, "duplicate field %q", name)
 		}
-		seen[name] = true
+		seen |= bit
 		pos = skipSpace(obj, end+1)
 		if pos >= len(obj) || obj[pos] != ':' {
 			return Errorf(CodeInvalidArgument, "malformed request: ':' expected")
