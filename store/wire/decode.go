@@ -94,7 +94,8 @@ func (d *decoder) syntax() error {
 func (d *decoder) space() { d.pos = skipSpace(d.b, d.pos) }
 
 // decodeTop reads data, one JSON object (or null, which sets nothing), calling field for each member
-// with the decoder at the member's value; field must read the value.
+// with the decoder at the member's value; field must read the value, and may compare name but not
+// keep it (it is a view of data).
 func decodeTop(data []byte, field func(d *decoder, name string) error) error {
 	d := &decoder{b: data}
 	d.space()
