@@ -29,9 +29,19 @@ const (
 // DefaultCheckInterval is how often an idle Cache checks that its watch is still live.
 const DefaultCheckInterval = 5 * time.Second
 
-// ackEvery bounds how many applied updates may wait for an ack within one batch; well below the
-// default max_pending_updates (32), after which the server closes the watch with OVERFLOW.
-const ackEvery = 16
+// DefaultAckDelay is how long a Cache holds back the ack of updates it applied, by default.
+const DefaultAckDelay = 100 * time.Millisecond
+
+// maxAckEvery caps how many applied updates wait for an ack: an ack goes out once half the server's
+// max_pending_updates (after which the server closes the watch with OVERFLOW), and at most this
+// many, are unacknowledged.
+const maxAckEvery = 16
+
+// ackEvery is the number of unacknowledged applied updates at which a cache acks at once, for a
+// server whose max_pending_updates is maxPending.
+func ackEvery(maxPending int64) uint64 {
+	return uint64(max(1, min(maxPending/2, maxAckEvery)))
+}
 
 // ErrCacheClosed is returned by WaitForRevision once the cache is closed.
 var ErrCacheClosed = errors.New("store/client: cache closed")
@@ -60,6 +70,14 @@ type CacheOptions struct {
 	// unwatch by another client of the principal), and a cache that waited for the next update would
 	// then wait forever. A failed check resyncs. Default DefaultCheckInterval (5 s); negative: never.
 	CheckInterval time.Duration
+	// AckDelay is how long the cache may hold back the ack of updates it applied, so that one ack
+	// covers every update applied meanwhile (an ack is cumulative, SPEC section 7): a cache that
+	// receives a steady trickle of updates sends a few acks a second instead of one per update. It
+	// acks at once when half the server's max_pending_updates (at most 16) applied updates are
+	// unacknowledged, so the server's bound is never reached by the delay; a slow handler still
+	// reaches it. It is cut to half the server's ack_deadline_ms when longer. Default
+	// DefaultAckDelay (100 ms); negative: ack each batch of updates as soon as it is applied.
+	AckDelay time.Duration
 }
 
 // Handlers observe a Cache. Every field is optional. They are called from the cache's goroutine, one
@@ -99,6 +117,7 @@ type Cache struct {
 	log      *slog.Logger
 	backoff0 time.Duration
 	check    time.Duration
+	ackDelay time.Duration // as configured; ackHold is what the current incarnation uses
 
 	mu      sync.RWMutex
 	entries map[string]wire.Entry
@@ -119,8 +138,10 @@ type Cache struct {
 	in        *inbox
 	tr        tracker
 	acked     uint64
-	ackSent   bool // an ack (or a snapshot) since the last liveness check
-	installed bool // the first snapshot is in
+	ackEvery  uint64        // from the server's max_pending_updates
+	ackHold   time.Duration // ackDelay, at most half the server's ack_deadline_ms
+	ackSent   bool          // an ack (or a snapshot) since the last liveness check
+	installed bool          // the first snapshot is in
 }
 
 // NewCache starts a Cache and returns once its first snapshot is installed. Transient failures
@@ -149,6 +170,9 @@ func (c *Client) NewCache(ctx context.Context, o CacheOptions) (*Cache, error) {
 	if o.CheckInterval == 0 {
 		o.CheckInterval = DefaultCheckInterval
 	}
+	if o.AckDelay == 0 {
+		o.AckDelay = DefaultAckDelay
+	}
 	if o.Logger == nil {
 		o.Logger = c.log
 	}
@@ -156,8 +180,10 @@ func (c *Client) NewCache(ctx context.Context, o CacheOptions) (*Cache, error) {
 	k := &Cache{
 		c: c, ns: o.Namespace, prefix: o.KeyPrefix, watchID: o.WatchID, h: o.Handlers,
 		log:      o.Logger.With("namespace", o.Namespace, "key_prefix", o.KeyPrefix, "watch_id", o.WatchID),
-		backoff0: min(o.ResyncBackoff, MaxResyncBackoff), check: o.CheckInterval,
-		entries: map[string]wire.Entry{}, changed: make(chan struct{}),
+		backoff0: min(o.ResyncBackoff, MaxResyncBackoff), check: o.CheckInterval, ackDelay: o.AckDelay,
+		ackEvery: ackEvery(wire.DefaultBounds().MaxPendingUpdates),
+		ackHold:  min(o.AckDelay, time.Duration(wire.DefaultBounds().AckDeadlineMs)*time.Millisecond/2),
+		entries:  map[string]wire.Entry{}, changed: make(chan struct{}),
 		ctx: lctx, cancel: cancel, done: make(chan struct{}),
 		status: c.nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED),
 	}
@@ -264,14 +290,36 @@ func (k *Cache) run(first chan<- error) {
 		defer t.Stop()
 		tick = t.C
 	}
+	// The held-back ack: armed when applied updates wait for an ack, it acks them when it fires.
+	ackTimer := time.NewTimer(time.Hour)
+	ackTimer.Stop()
+	defer ackTimer.Stop()
+	ackArmed := false
 	for {
 		var ready chan struct{}
 		if k.in != nil {
 			ready = k.in.ready
+			if !ackArmed && k.tr.seq > k.acked {
+				ackTimer.Reset(k.ackHold)
+				ackArmed = true
+			}
 		}
 		select {
 		case <-k.ctx.Done():
 			return
+		case <-ackTimer.C:
+			ackArmed = false
+			if k.in == nil || k.tr.seq <= k.acked {
+				continue // acked meanwhile, or between incarnations
+			}
+			if err := k.ack(); err != nil {
+				if k.ctx.Err() != nil {
+					return
+				}
+				if k.resync(err.Error()) != nil {
+					return
+				}
+			}
 		case <-tick:
 			if k.ackSent {
 				k.ackSent = false
@@ -329,8 +377,9 @@ func (k *Cache) shutdown() {
 	}
 }
 
-// drain applies every message that arrived for the current incarnation, acknowledging as it goes.
-// An error means the watch can no longer be trusted: resync.
+// drain applies every message that arrived for the current incarnation. It acks when ackEvery
+// applied updates are unacknowledged, and after the batch when acks are not held back; the run loop
+// acks the rest after ackHold. An error means the watch can no longer be trusted: resync.
 func (k *Cache) drain() error {
 	for _, data := range k.in.take() {
 		m, err := decodeWatchMessage(k.watchID, data)
@@ -346,13 +395,13 @@ func (k *Cache) drain() error {
 			return err
 		}
 		k.applyUpdate(&m)
-		if k.tr.seq-k.acked >= ackEvery {
+		if k.tr.seq-k.acked >= k.ackEvery {
 			if err := k.ack(); err != nil {
 				return err
 			}
 		}
 	}
-	if k.tr.seq > k.acked {
+	if k.ackDelay < 0 && k.tr.seq > k.acked {
 		return k.ack()
 	}
 	return nil
@@ -506,6 +555,13 @@ func (k *Cache) unwatch() error { return k.c.Unwatch(k.ctx, k.watchID) }
 // attempt subscribes, requests the watch and, when the snapshot is sound, installs it as the new
 // incarnation.
 func (k *Cache) attempt() error {
+	// The server's max_pending_updates and ack_deadline_ms set how many updates may wait for an ack,
+	// and for how long. Without an answer, the cache keeps what it knew (at first, what the default
+	// bounds allow) and the watch request says what is wrong, if anything.
+	if info, err := k.c.Info(k.ctx); err == nil && info.Bounds.MaxPendingUpdates > 0 && info.Bounds.AckDeadlineMs > 0 {
+		k.ackEvery = ackEvery(info.Bounds.MaxPendingUpdates)
+		k.ackHold = min(k.ackDelay, time.Duration(info.Bounds.AckDeadlineMs)*time.Millisecond/2)
+	}
 	in := newInbox()
 	sub, err := k.c.nc.Subscribe(k.c.watchSubject(k.watchID), in.push)
 	if err != nil {
