@@ -117,8 +117,9 @@ Measure a running stated as admin principals (the defaults are the qualification
   2. --writers concurrent writers, one connection and key each, --rounds CAS each: ops/s, p50, p95,
      and from --metrics-url the changes per commit and the share of the phase stated spent in
      commits (near 100%: commits are the bottleneck);
-  3. fanout: --watches watches of one key over --connections connections, --rounds puts: the time
-     from the start of a put until the last watcher has it (every watcher acknowledges): p50, p95;
+  3. fanout: --watches watches of one key over --connections connections, each kept by a client
+     Cache (acknowledging as a Cache does), --rounds puts: the time from the start of a put until
+     the last cache has it: p50, p95;
   4. idle memory: --entries entries written, --idle waited, then stated's RSS from --metrics-url
      with all connections open; then all but one closed, --idle waited, the RSS again.
 Every document is the same 2,193-byte keeppeek.media-intent.v1. The keys live in --namespace

@@ -11,9 +11,10 @@
 //     Rounds compare-and-sets each, all at once; throughput, p50 and p95, and (with a metrics URL)
 //     the changes per stated commit and the share of the phase stated spent in commits (near 100%,
 //     commits one after another are the bottleneck);
-//  3. fanout: Watches watches of one key (fanout/k) spread over Connections connections, Rounds puts;
-//     the time from the start of a put until the last watcher holds the update (every watcher
-//     acknowledges every update); p50 and p95;
+//  3. fanout: Watches watches of one key (fanout/k) spread over Connections connections, each kept
+//     by a client.Cache with its default options (so each acknowledges as a Cache does: one ack for
+//     the updates of up to 100 ms), Rounds puts; the time from the start of a put until the last
+//     cache holds the update; p50 and p95;
 //  4. idle memory: Entries entries (rss/e-NNNN) written, Idle waited, then stated's resident set size
 //     read from process_resident_memory_bytes on its /metrics (rss-idle-N-conns-MiB, all N
 //     connections open); then every connection but one closed, Idle waited, read again (rss-idle-MiB).

@@ -139,8 +139,8 @@ type arrival struct {
 	err     error
 }
 
-// fanout: Watches watches of one key over Connections connections; each round one put, timed until
-// the last watcher holds it (and has acknowledged it, before the next round starts).
+// fanout: Watches caches (client.Cache, acknowledging as its defaults do) of one key over Connections
+// connections; each round one put, timed until the last cache holds it.
 func (r *runner) fanout(ctx context.Context) (res FanoutResult, err error) {
 	zero := int64(0)
 	e, err := r.conns[0].Put(ctx, r.put(fanoutKey, &zero))
@@ -151,50 +151,41 @@ func (r *runner) fanout(ctx context.Context) (res FanoutResult, err error) {
 	n, nconn := r.cfg.Watches, r.cfg.Connections
 	r.logf("fanout: opening %d watches over %d connections", n, nconn)
 	run := randomHex(4)
-	watches := make([]*client.Watch, n)
-	done := make(chan struct{}) // closed when the rounds end: watchers stop reporting
-	var wg sync.WaitGroup       // the watchers
+	caches := make([]*client.Cache, n)
+	results := make(chan arrival, n)
+	done := make(chan struct{}) // closed when the rounds end: caches stop reporting
 	defer func() {
 		close(done)
-		// Stop every watch that opened, in parallel per connection, even when ctx ended; that closes
-		// the watchers' Messages, so they return.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		serr := parallel(nconn, nconn, func(_, ci int) error {
+		// Close every cache that started, in parallel per connection; each unwatches.
+		cerr := parallel(nconn, nconn, func(_, ci int) error {
 			var errs []error
 			for j := ci; j < n; j += nconn {
-				if watches[j] != nil {
-					errs = append(errs, watches[j].Stop(sctx))
+				if caches[j] != nil {
+					errs = append(errs, caches[j].Close())
 				}
 			}
 			return errors.Join(errs...)
 		})
-		if serr != nil && err == nil {
-			err = fmt.Errorf("stop watches: %w", serr)
+		if cerr != nil && err == nil {
+			err = fmt.Errorf("close caches: %w", cerr)
 		}
-		wg.Wait()
 	}()
 	err = parallel(nconn, nconn, func(_, ci int) error {
 		for j := ci; j < n; j += nconn {
-			w, err := r.conns[ci].Watch(ctx, wire.WatchRequest{WatchID: fmt.Sprintf("bench-%s-%04d", run, j),
-				Namespace: r.cfg.Namespace, KeyPrefix: fanoutPrefix})
+			k, err := r.conns[ci].NewCache(ctx, client.CacheOptions{WatchID: fmt.Sprintf("bench-%s-%04d", run, j),
+				Namespace: r.cfg.Namespace, KeyPrefix: fanoutPrefix, Handlers: arrivals(j, results, done)})
 			if err != nil {
 				return fmt.Errorf("watch %d as %s: %w", j, r.conns[ci].Principal(), err)
 			}
-			watches[j] = w
-			if s := w.Snapshot(); len(s.Entries) != 1 || s.Entries[0].Revision != rev {
-				return fmt.Errorf("watch %d: snapshot of %d entries at %d, want %s at revision %d", j, len(s.Entries), s.SnapshotRevision, fanoutKey, rev)
+			caches[j] = k
+			if got, ok := k.Get(fanoutKey); !ok || got.Revision != rev || k.Revision() != rev {
+				return fmt.Errorf("watch %d: snapshot at %d without %s at revision %d", j, k.Revision(), fanoutKey, rev)
 			}
 		}
 		return nil
 	})
 	if err != nil {
 		return res, err
-	}
-
-	results := make(chan arrival, n)
-	for j, w := range watches {
-		wg.Go(func() { follow(ctx, j, w, results, done) })
 	}
 
 	r.logf("fanout: %d rounds", r.cfg.Rounds)
@@ -241,40 +232,31 @@ func (r *runner) fanout(ctx context.Context) (res FanoutResult, err error) {
 	return FanoutResult{Watches: n, Connections: nconn, Principals: len(principals), Rounds: r.cfg.Rounds, P50US: s.p50, P95US: s.p95}, nil
 }
 
-// follow is one fanout watcher: it takes each update in sequence, acknowledges it and reports when it
-// got it. A gap, a close or a bad message is reported as an error and ends it.
-func follow(ctx context.Context, j int, w *client.Watch, results chan<- arrival, done <-chan struct{}) {
-	send := func(a arrival) bool {
+// arrivals are the handlers of fanout cache j: each update it applies is reported with the time it
+// was applied. A resync after the first snapshot is reported as an error: the rounds expect every
+// update to arrive as one.
+func arrivals(j int, results chan<- arrival, done <-chan struct{}) client.Handlers {
+	send := func(a arrival) {
 		a.watcher = j
 		select {
 		case results <- a:
-			return true
 		case <-done:
-			return false
 		}
 	}
-	var seq uint64
-	for m := range w.Messages() {
-		at := time.Now()
-		switch {
-		case m.Kind == wire.UpdateClosed:
-			send(arrival{err: fmt.Errorf("watch %s closed: %s: %s", w.ID(), m.Reason, m.Message)})
-			return
-		case m.WatchSequence != seq+1:
-			send(arrival{err: fmt.Errorf("watch %s: sequence %d after %d", w.ID(), m.WatchSequence, seq)})
-			return
-		}
-		seq = m.WatchSequence
-		if err := w.Ack(ctx, seq); err != nil {
-			send(arrival{err: fmt.Errorf("watch %s: ack %d: %w", w.ID(), seq, err)})
-			return
-		}
-		if !send(arrival{rev: m.Revision, at: at}) {
-			return
-		}
-	}
-	if err := w.Err(); err != nil {
-		send(arrival{err: fmt.Errorf("watch %s: %w", w.ID(), err)})
+	snapshots := 0
+	return client.Handlers{
+		OnPut: func(e wire.Entry) { send(arrival{rev: e.Revision, at: time.Now()}) },
+		OnDelete: func(key string, _ uint64) {
+			send(arrival{err: fmt.Errorf("%s deleted", key)})
+		},
+		OnExpire: func(key string, _ uint64) {
+			send(arrival{err: fmt.Errorf("%s expired", key)})
+		},
+		OnResync: func(_ []wire.Entry, rev uint64) {
+			if snapshots++; snapshots > 1 {
+				send(arrival{err: fmt.Errorf("resynced at revision %d", rev)})
+			}
+		},
 	}
 }
 
