@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"unsafe"
 )
 
@@ -15,7 +16,7 @@ import (
 // large document costs one pass, where json.Unmarshal makes three. The result shares no memory with
 // data.
 func DecodeResult(data []byte, r *Result) error {
-	return decodeTop(data, func(d *decoder, name string) error {
+	return decodeTop(data, false, func(d *decoder, name string) error {
 		switch name {
 		case "request_id":
 			return d.int64(&r.RequestID)
@@ -52,9 +53,13 @@ func DecodeResult(data []byte, r *Result) error {
 	})
 }
 
-// DecodeWatchMessage decodes a message of a watch's delivery subject as DecodeResult decodes a reply.
+// DecodeWatchMessage decodes a message of a watch's delivery subject as DecodeResult decodes a reply,
+// except that the message shares data's memory: its strings and its entry's document are views of
+// data, not copies (a watch message is decoded once, from a buffer of its own, and an entry a cache
+// keeps would otherwise hold a copy of most of it). data must not change afterwards. The document's
+// capacity ends with it, so appending to it copies.
 func DecodeWatchMessage(data []byte, m *WatchMessage) error {
-	return decodeTop(data, func(d *decoder, name string) error {
+	return decodeTop(data, true, func(d *decoder, name string) error {
 		switch name {
 		case "watch_id":
 			return d.string(&m.WatchID)
@@ -78,10 +83,12 @@ func DecodeWatchMessage(data []byte, m *WatchMessage) error {
 }
 
 // decoder reads one JSON text in one pass, for the one-pass decoders of replies, watch messages and
-// the frequent requests; pos is the next byte to read.
+// the frequent requests; pos is the next byte to read. With share, plain strings and documents are
+// views of b instead of copies.
 type decoder struct {
-	b   []byte
-	pos int
+	b     []byte
+	pos   int
+	share bool
 }
 
 // errSyntax is wrapped by every decoding error that is not a type mismatch.
@@ -95,9 +102,9 @@ func (d *decoder) space() { d.pos = skipSpace(d.b, d.pos) }
 
 // decodeTop reads data, one JSON object (or null, which sets nothing), calling field for each member
 // with the decoder at the member's value; field must read the value, and may compare name but not
-// keep it (it is a view of data).
-func decodeTop(data []byte, field func(d *decoder, name string) error) error {
-	d := &decoder{b: data}
+// keep it (it is a view of data). With share, the decoded strings and documents are views of data too.
+func decodeTop(data []byte, share bool, field func(d *decoder, name string) error) error {
+	d := &decoder{b: data, share: share}
 	d.space()
 	if !d.null() {
 		if err := d.object(field); err != nil {
@@ -209,32 +216,39 @@ func (d *decoder) fallback(v any) error {
 	return json.Unmarshal(raw, v)
 }
 
-// name reads a member name. A plain ASCII name is returned as a view of the input, without a copy:
-// the field callbacks of object only compare it, and must not keep it.
+// plain reads a plain ASCII string token (no escapes), the usual case, as a view of the input; false,
+// with nothing read, for any other string.
+func (d *decoder) plain() (string, bool) {
+	end := PlainRun(d.b, d.pos+1)
+	if end >= len(d.b) || d.b[end] != '"' {
+		return "", false
+	}
+	var s string
+	if n := end - d.pos - 1; n > 0 {
+		s = unsafe.String(&d.b[d.pos+1], n)
+	}
+	d.pos = end + 1
+	return s, true
+}
+
+// name reads a member name. A plain one is returned as a view of the input, without a copy: the
+// field callbacks of object only compare it, and must not keep it.
 func (d *decoder) name() (string, error) {
-	start := d.pos
-	end := PlainRun(d.b, start+1)
-	if end < len(d.b) && d.b[end] == '"' {
-		d.pos = end + 1
-		if end == start+1 {
-			return "", nil
-		}
-		return unsafe.String(&d.b[start+1], end-start-1), nil
+	if s, ok := d.plain(); ok {
+		return s, nil
 	}
 	return d.str()
 }
 
-// str reads a string token. A plain ASCII string (the usual case) is sliced without a copy of its own
-// bytes beyond the string conversion; one with escapes or non-ASCII bytes is decoded by encoding/json,
-// exactly as json.Unmarshal decodes it.
+// str reads a string token. A plain one is copied (or with share, kept as a view); one with escapes
+// or non-ASCII bytes is decoded by encoding/json, exactly as json.Unmarshal decodes it.
 func (d *decoder) str() (string, error) {
-	start := d.pos
-	d.pos = PlainRun(d.b, d.pos+1)
-	if d.pos < len(d.b) && d.b[d.pos] == '"' {
-		d.pos++
-		return string(d.b[start+1 : d.pos-1]), nil
+	if s, ok := d.plain(); ok {
+		if !d.share {
+			s = strings.Clone(s)
+		}
+		return s, nil
 	}
-	d.pos = start
 	raw, err := d.raw()
 	if err != nil {
 		return "", err
@@ -351,11 +365,16 @@ func (d *decoder) int64Ptr(v **int64) error { return decodePtr(d, v, d.int64) }
 
 func (d *decoder) entryPtr(v **Entry) error { return decodePtr(d, v, d.entry) }
 
-// document reads a document value into *v, copied.
+// document reads a document value into *v: copied, or with share a view of the input whose capacity
+// ends with it.
 func (d *decoder) document(v *json.RawMessage) error {
 	raw, err := d.raw()
 	if err != nil {
 		return err
+	}
+	if d.share {
+		*v = raw[:len(raw):len(raw)]
+		return nil
 	}
 	*v = append((*v)[:0:0], raw...)
 	return nil
@@ -459,7 +478,7 @@ func (d *decoder) watchState(v **WatchState) error {
 // checkFieldNames has accepted its names: as json.Decoder with DisallowUnknownFields reads it, in one
 // pass.
 func decodePut(data []byte, r *PutRequest) error {
-	return decodeTop(data, func(d *decoder, name string) error {
+	return decodeTop(data, false, func(d *decoder, name string) error {
 		switch name {
 		case "request_id":
 			return d.int64(&r.RequestID)
@@ -492,7 +511,7 @@ func decodePut(data []byte, r *PutRequest) error {
 
 // decodeAck is Decode's reading of an ack request, as decodePut.
 func decodeAck(data []byte, r *AckRequest) error {
-	return decodeTop(data, func(d *decoder, name string) error {
+	return decodeTop(data, false, func(d *decoder, name string) error {
 		switch name {
 		case "request_id":
 			return d.int64(&r.RequestID)

@@ -167,3 +167,42 @@ func BenchmarkDecodeWatchMessage(b *testing.B) {
 		}
 	})
 }
+
+// A decoded reply shares nothing with its data; a decoded watch message shares it (strings and
+// document are views), but appending to its document copies instead of writing into data.
+func TestDecodeSharing(t *testing.T) {
+	e := wire.Entry{Namespace: "service/x", Key: "a/b", Schema: "keeppeek.lease.v1", Owner: "alice", Revision: 3,
+		CreatedAtMs: 1, UpdatedAtMs: 2, Document: json.RawMessage(`{"holder":"w-1"}`)}
+	reply, _ := json.Marshal(wire.Result{RequestID: 7, OK: true, Entry: &e})
+	var r wire.Result
+	if err := wire.DecodeResult(reply, &r); err != nil {
+		t.Fatal(err)
+	}
+	for i := range reply {
+		reply[i] = 'x'
+	}
+	if r.Entry == nil || r.Entry.Key != "a/b" || r.Entry.Owner != "alice" || string(r.Entry.Document) != `{"holder":"w-1"}` {
+		t.Fatalf("reply entry changed with its data: %+v", r.Entry)
+	}
+
+	data, _ := json.Marshal(wire.WatchMessage{WatchID: "w", WatchSequence: 1, Revision: 3, Kind: wire.UpdatePut, Key: e.Key, Entry: &e})
+	before := bytes.Clone(data)
+	var m wire.WatchMessage
+	if err := wire.DecodeWatchMessage(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Entry == nil || !reflect.DeepEqual(*m.Entry, e) || m.WatchID != "w" || m.Key != "a/b" || m.Kind != wire.UpdatePut {
+		t.Fatalf("watch message decoded as %+v, entry %+v", m, m.Entry)
+	}
+	doc := m.Entry.Document
+	if !bytes.Contains(data, doc) || &data[bytes.Index(data, doc)] != &doc[0] {
+		t.Fatal("the watch message's document is a copy, not a view of its data")
+	}
+	if cap(doc) != len(doc) {
+		t.Fatalf("document capacity %d beyond its %d bytes: an append would write into the message", cap(doc), len(doc))
+	}
+	_ = append(doc, `,"more":1}`...)
+	if !bytes.Equal(data, before) || m.Entry.Owner != "alice" {
+		t.Fatalf("appending to the document changed the message: %s", data)
+	}
+}
