@@ -132,14 +132,8 @@ func (d *decoder) null() bool { return d.literal("null") }
 
 // object reads an object, calling field for each member.
 func (d *decoder) object(field func(d *decoder, name string) error) error {
-	if d.pos >= len(d.b) || d.b[d.pos] != '{' {
-		return d.mismatch("object")
-	}
-	d.pos++
-	d.space()
-	if d.pos < len(d.b) && d.b[d.pos] == '}' {
-		d.pos++
-		return nil
+	if empty, err := d.open('{', '}', "object"); empty || err != nil {
+		return err
 	}
 	for {
 		d.space()
@@ -165,20 +159,28 @@ func (d *decoder) object(field func(d *decoder, name string) error) error {
 	}
 }
 
+// open reads the opening byte of an object or array (a mismatch with want, the type expected, when
+// the value is something else) and reports whether the container is empty, its closing byte read.
+// The scanner's steps do the reading.
+func (d *decoder) open(opening, closing byte, want string) (empty bool, err error) {
+	if d.pos >= len(d.b) || d.b[d.pos] != opening {
+		return false, d.mismatch(want)
+	}
+	s := scanner{b: d.b, pos: d.pos}
+	empty = s.open(closing)
+	d.pos = s.pos
+	return empty, nil
+}
+
 // separator reads what follows a member or an element: a comma (more follow) or closing.
 func (d *decoder) separator(closing byte) (more bool, err error) {
-	d.space()
-	if d.pos < len(d.b) {
-		switch d.b[d.pos] {
-		case ',':
-			d.pos++
-			return true, nil
-		case closing:
-			d.pos++
-			return false, nil
-		}
+	s := scanner{b: d.b, pos: d.pos}
+	done, ok := s.next(closing)
+	d.pos = s.pos
+	if !ok {
+		return false, d.syntax()
 	}
-	return false, d.syntax()
+	return !done, nil
 }
 
 // mismatch is the error for a value of the wrong type (or no value) where a want is expected. Like
@@ -380,8 +382,8 @@ func (d *decoder) document(v *json.RawMessage) error {
 	return nil
 }
 
-// entry decodes an Entry object into e. The document is copied: an entry kept from a long list must
-// not keep the whole reply alive.
+// entry decodes an Entry object into e. Unless the decoder shares its input, the document is copied:
+// an entry kept from a long list must not keep the whole reply alive.
 func (d *decoder) entry(e *Entry) error {
 	return d.object(func(d *decoder, name string) error {
 		switch name {
@@ -417,15 +419,13 @@ func (d *decoder) entries(v *[]Entry) error {
 		*v = nil
 		return nil
 	}
-	if d.pos >= len(d.b) || d.b[d.pos] != '[' {
-		return d.mismatch("[]Entry")
+	empty, err := d.open('[', ']', "[]Entry")
+	if err != nil {
+		return err
 	}
-	d.pos++
 	es := *v
 	n := 0
-	d.space()
-	if d.pos < len(d.b) && d.b[d.pos] == ']' {
-		d.pos++
+	if empty {
 		if es == nil {
 			es = []Entry{}
 		}
