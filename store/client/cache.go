@@ -181,12 +181,11 @@ func (c *Client) NewCache(ctx context.Context, o CacheOptions) (*Cache, error) {
 		c: c, ns: o.Namespace, prefix: o.KeyPrefix, watchID: o.WatchID, h: o.Handlers,
 		log:      o.Logger.With("namespace", o.Namespace, "key_prefix", o.KeyPrefix, "watch_id", o.WatchID),
 		backoff0: min(o.ResyncBackoff, MaxResyncBackoff), check: o.CheckInterval, ackDelay: o.AckDelay,
-		ackEvery: ackEvery(wire.DefaultBounds().MaxPendingUpdates),
-		ackHold:  min(o.AckDelay, time.Duration(wire.DefaultBounds().AckDeadlineMs)*time.Millisecond/2),
-		entries:  map[string]wire.Entry{}, changed: make(chan struct{}),
+		entries: map[string]wire.Entry{}, changed: make(chan struct{}),
 		ctx: lctx, cancel: cancel, done: make(chan struct{}),
 		status: c.nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED),
 	}
+	k.useBounds(wire.DefaultBounds()) // until the server says
 	first := make(chan error, 1)
 	go k.run(first)
 	select {
@@ -312,13 +311,8 @@ func (k *Cache) run(first chan<- error) {
 			if k.in == nil || k.tr.seq <= k.acked {
 				continue // acked meanwhile, or between incarnations
 			}
-			if err := k.ack(); err != nil {
-				if k.ctx.Err() != nil {
-					return
-				}
-				if k.resync(err.Error()) != nil {
-					return
-				}
+			if !k.resyncAfter("", k.ack()) {
+				return
 			}
 		case <-tick:
 			if k.ackSent {
@@ -327,22 +321,12 @@ func (k *Cache) run(first chan<- error) {
 			}
 			err := k.ack()
 			k.ackSent = false // a check is not activity
-			if err != nil {
-				if k.ctx.Err() != nil {
-					return
-				}
-				if k.resync("liveness check: "+err.Error()) != nil {
-					return
-				}
+			if !k.resyncAfter("liveness check: ", err) {
+				return
 			}
 		case <-ready:
-			if err := k.drain(); err != nil {
-				if k.ctx.Err() != nil {
-					return
-				}
-				if k.resync(err.Error()) != nil {
-					return
-				}
+			if !k.resyncAfter("", k.drain()) {
+				return
 			}
 		case s, ok := <-k.status:
 			if !ok {
@@ -354,6 +338,18 @@ func (k *Cache) run(first chan<- error) {
 			}
 		}
 	}
+}
+
+// resyncAfter resyncs when err (which the reason prefixes in the log) leaves the watch untrusted. It
+// reports whether the cache runs on: false once it is closed.
+func (k *Cache) resyncAfter(reason string, err error) bool {
+	if err == nil {
+		return true
+	}
+	if k.ctx.Err() != nil {
+		return false
+	}
+	return k.resync(reason+err.Error()) == nil
 }
 
 // shutdown ends the last incarnation; it runs on the run goroutine as it returns.
@@ -405,6 +401,13 @@ func (k *Cache) drain() error {
 		return k.ack()
 	}
 	return nil
+}
+
+// useBounds sets how many applied updates may wait for an ack, and for how long, from a server's
+// max_pending_updates and ack_deadline_ms.
+func (k *Cache) useBounds(b wire.Bounds) {
+	k.ackEvery = ackEvery(b.MaxPendingUpdates)
+	k.ackHold = min(k.ackDelay, time.Duration(b.AckDeadlineMs)*time.Millisecond/2)
 }
 
 func (k *Cache) ack() error {
@@ -559,8 +562,7 @@ func (k *Cache) attempt() error {
 	// and for how long. Without an answer, the cache keeps what it knew (at first, what the default
 	// bounds allow) and the watch request says what is wrong, if anything.
 	if info, err := k.c.Info(k.ctx); err == nil && info.Bounds.MaxPendingUpdates > 0 && info.Bounds.AckDeadlineMs > 0 {
-		k.ackEvery = ackEvery(info.Bounds.MaxPendingUpdates)
-		k.ackHold = min(k.ackDelay, time.Duration(info.Bounds.AckDeadlineMs)*time.Millisecond/2)
+		k.useBounds(info.Bounds)
 	}
 	in := newInbox()
 	sub, err := k.c.nc.Subscribe(k.c.watchSubject(k.watchID), in.push)

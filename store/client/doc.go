@@ -9,9 +9,9 @@
 // Watch is the raw watch primitive: a snapshot, then the updates and the final close in order. Cache is
 // what most code wants instead: a watch kept gap-free. It installs the snapshot, applies updates only in
 // exact sequence order, acknowledges them (one cumulative ack for the updates of up to 100 ms, or at
-// once when half the server's max_pending_updates wait; CacheOptions.AckDelay), and on a gap, a close, a reconnect or anything it cannot
-// make sense of, it watches again and swaps the new snapshot in whole, so readers never see a cache
-// that is half empty or that has skipped an update.
+// once when half the server's max_pending_updates wait; CacheOptions.AckDelay), and on a gap, a
+// close, a reconnect or anything it cannot make sense of, it watches again and swaps the new snapshot
+// in whole, so readers never see a cache that is half empty or that has skipped an update.
 //
 // The connection must use the principal's inbox prefix `_INBOX.<principal>` (the server's NATS
 // permissions allow no other); Connect sets it.
