@@ -48,6 +48,9 @@ func (s *Store) submit(ctx interface {
 	Done() <-chan struct{}
 	Err() error
 }, m *mutation) mutResult {
+	if err := ctx.Err(); err != nil {
+		return mutResult{err: err} // never queued: nothing changes
+	}
 	m.done = make(chan mutResult, 1)
 	s.submitMu.RLock()
 	if s.closing {
@@ -69,11 +72,25 @@ func (s *Store) submit(ctx interface {
 		s.poke() // the leader may be finishing: the committer goroutine makes sure m is not left behind
 	}
 	s.submitMu.RUnlock()
+	return m.wait(ctx)
+}
+
+// wait returns m's answer, or the context's error if it ends first. An answer that is there when the
+// context ends wins: an error never hides a result that was known.
+func (m *mutation) wait(ctx interface {
+	Done() <-chan struct{}
+	Err() error
+}) mutResult {
 	select {
 	case r := <-m.done:
 		return r
 	case <-ctx.Done():
-		return mutResult{err: ctx.Err()}
+		select {
+		case r := <-m.done:
+			return r
+		default:
+			return mutResult{err: ctx.Err()}
+		}
 	}
 }
 
@@ -392,14 +409,7 @@ func (s *Store) runBatch(muts []*mutation) error {
 
 	results := make([]mutResult, len(muts))
 	for i, m := range muts {
-		switch m.kind {
-		case mutPut:
-			results[i].entry, results[i].err = st.stagePut(m)
-		case mutDelete:
-			results[i].revision, results[i].err = st.stageDelete(m)
-		case mutTouch:
-			results[i].entry, results[i].err = st.stageTouch(m)
-		}
+		results[i] = st.stage(m)
 	}
 
 	if len(st.ops) > 0 {
@@ -414,8 +424,8 @@ func (s *Store) runBatch(muts []*mutation) error {
 			s.mu.Unlock()
 			s.opts.Logger.Error("commit failed", "mutations", len(muts), "err", err)
 			serr := wire.Errorf(wire.CodeStorage, "commit failed: %v", err)
-			for _, m := range muts {
-				m.done <- mutResult{err: serr}
+			for i, m := range muts {
+				m.done <- s.failedAnswer(m, results[i], due, now, serr)
 			}
 			return err
 		}
@@ -430,6 +440,38 @@ func (s *Store) runBatch(muts []*mutation) error {
 		m.done <- results[i]
 	}
 	return nil
+}
+
+// stage checks m against the state staged so far and, when it passes, stages it.
+func (st *stage) stage(m *mutation) (r mutResult) {
+	switch m.kind {
+	case mutPut:
+		r.entry, r.err = st.stagePut(m)
+	case mutDelete:
+		r.revision, r.err = st.stageDelete(m)
+	case mutTouch:
+		r.entry, r.err = st.stageTouch(m)
+	}
+	return r
+}
+
+// failedAnswer is the answer of m when its batch's commit failed. A mutation that passed its checks
+// answers STORAGE. One that failed them was checked against changes that never committed, so it is
+// checked again against the committed state (with the due expiries, which the next batch retries): if
+// it still fails, that error is its answer (SPEC section 5: the first failing check answers); if it
+// would have passed, it too answers STORAGE.
+func (s *Store) failedAnswer(m *mutation, r mutResult, due []deadline, now int64, serr error) mutResult {
+	if r.err == nil {
+		return mutResult{err: serr}
+	}
+	st := newStage(s, now)
+	for _, d := range due {
+		st.stageExpire(d)
+	}
+	if again := st.stage(m); again.err != nil {
+		return mutResult{err: again.err}
+	}
+	return mutResult{err: serr}
 }
 
 // persist writes the staged ops: settings-backed namespaces to their backends, then everything else

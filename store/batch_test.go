@@ -1,0 +1,122 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/keeppeek/coordination/store/policy"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// A commit that fails answers STORAGE only to the mutations that passed their checks, or that failed
+// them only against changes of the same batch (which never committed). A mutation that fails its
+// checks against the committed state keeps its own error (SPEC section 5: the first failing check
+// answers), with current_revision.
+func TestFailedCommitKeepsCheckErrors(t *testing.T) {
+	const settingsNS = "user/alice"
+	fs := &failingSettings{SettingsBackend: TOMLSettings(filepath.Join(t.TempDir(), "stated.toml"), settingsNS)}
+	opts := DefaultOptions()
+	opts.Settings = map[string]SettingsBackend{settingsNS: fs}
+	s, _ := openT(t, opts)
+	mustPut(t, s, admin, putLease("service/tx", "k")) // revision 1
+	fs.fail = true
+
+	doc := []byte(`{"holder":"w","claimed_at_ms":1}`)
+	mk := func(ns, key string, expected *int64) *mutation {
+		return &mutation{kind: mutPut, principal: "coordinator", ns: ns, key: key, schema: "keeppeek.lease.v1",
+			doc: doc, digest: documentDigest(doc), expected: expected, done: make(chan mutResult, 1)}
+	}
+	zero, wrong := int64(0), int64(99)
+	muts := []*mutation{
+		mk(settingsNS, "prefs", nil),      // its settings file refuses the write: the commit fails
+		mk("service/tx", "k", &wrong),     // CONFLICT against the committed state
+		mk("service/tx", "c", &zero),      // passes its checks: STORAGE
+		mk("service/tx", "c", &zero),      // CONFLICT only against the create above, which never committed
+		mk("service/tx", "k", new(int64)), // create-only on an existing key: CONFLICT against the committed state
+	}
+	s.commitMu.Lock()
+	err := s.runBatch(muts)
+	s.commitMu.Unlock()
+	if err == nil {
+		t.Fatal("the batch committed although its settings file refused the write")
+	}
+	want := []wire.Code{wire.CodeStorage, wire.CodeConflict, wire.CodeStorage, wire.CodeStorage, wire.CodeConflict}
+	for i, m := range muts {
+		r := <-m.done
+		var we *wire.Error
+		if !errors.As(r.err, &we) || we.Code != want[i] {
+			t.Fatalf("mutation %d answered %v, want %s", i, r.err, want[i])
+		}
+		if we.Code == wire.CodeConflict && (we.CurrentRevision == nil || *we.CurrentRevision != 1) {
+			t.Fatalf("mutation %d: CONFLICT without the committed current_revision 1: %+v", i, we)
+		}
+	}
+	if r := nsRevision(t, s, "service/tx"); r != 1 {
+		t.Fatalf("a failed commit moved the revision to %d", r)
+	}
+	_, err = s.Get(ctxT(t), admin, wire.GetRequest{Namespace: "service/tx", Key: "c"})
+	wantCode(t, err, wire.CodeNotFound)
+}
+
+// A put whose context has already ended is not queued; one whose answer is there when the context
+// ends returns the answer. So an error never hides a committed write whose result was known.
+func TestEndedContextNeverHidesACommit(t *testing.T) {
+	s, _ := openT(t, DefaultOptions())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 20 {
+		req := putLease("service/tx", "k")
+		_, err := s.Put(ctx, admin, req)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("put %d with an ended context: %v", i, err)
+		}
+	}
+	if r := nsRevision(t, s, "service/tx"); r != 0 {
+		t.Fatalf("puts refused for their ended context moved the revision to %d", r)
+	}
+	// An answer that is there when the context ends wins over the context's error.
+	for i := range 100 {
+		m := &mutation{done: make(chan mutResult, 1)}
+		m.done <- mutResult{revision: 7}
+		if r := m.wait(ctx); r.err != nil || r.revision != 7 {
+			t.Fatalf("wait %d with the answer ready and the context ended: %+v", i, r)
+		}
+	}
+}
+
+// A watch racing Close either gets SHUTDOWN or is refused: once the registry is shut, nothing
+// registers (a registration after the close messages would never get one).
+func TestNoWatchRegistersAfterShutdown(t *testing.T) {
+	s, _ := openT(t, DefaultOptions())
+	s.watches.shutdown(wire.CloseShutdown, "stopping")
+	sink, _ := chanSink(4)
+	_, _, err := s.tryWatch(admin, wire.WatchRequest{WatchID: "w", Namespace: "service/tx"}, sink, false)
+	wantCode(t, err, wire.CodeUnavailable)
+	if s.Stats().Watches != 0 {
+		t.Fatal("a watch registered after shutdown")
+	}
+}
+
+// A watch whose caller resolved its principal before a reload is checked against the reloaded
+// principals: it cannot register with a permission the reload took away.
+func TestWatchAfterReloadUsesTheNewPrincipals(t *testing.T) {
+	s, _ := openT(t, DefaultOptions())
+	ops := policy.Principal{ID: "ops", Admin: true}
+	s.ReloadPrincipals(func(id string) (policy.Principal, bool) {
+		if id == "ops" {
+			return policy.Principal{ID: "ops"}, true // demoted
+		}
+		return policy.Principal{}, false
+	})
+	sink, ch := chanSink(4)
+	_, err := s.Watch(ctxT(t), ops, wire.WatchRequest{WatchID: "w", Namespace: "service/tx"}, sink)
+	wantCode(t, err, wire.CodePermissionDenied)
+	_, err = s.Watch(ctxT(t), admin, wire.WatchRequest{WatchID: "w", Namespace: "service/tx"}, sink)
+	wantCode(t, err, wire.CodePermissionDenied) // removed by the reload
+	if s.Stats().Watches != 0 {
+		t.Fatal("a refused watch registered")
+	}
+	noMessage(t, ch)
+}
