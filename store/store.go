@@ -262,7 +262,7 @@ func (s *Store) shutdown(reason wire.CloseReason, msg string) error {
 	s.submitMu.Unlock()
 	close(s.stop)
 	s.wg.Wait()
-	s.watches.closeAll(reason, msg)
+	s.watches.shutdown(reason, msg)
 	return s.be.close()
 }
 

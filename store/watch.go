@@ -121,6 +121,10 @@ type registry struct {
 	byNS         map[string][]*watch // each sorted by (principal, id): one principal's updates go out together
 	perPrincipal map[string]int64
 	serials      uint64 // registrations so far
+	shut         bool   // the store closed: nothing registers any more
+	// lookup, once ReloadPrincipals has run, is the authority on principals: a watch registering
+	// after a reload is checked against it, not against the principal its caller resolved before.
+	lookup func(id string) (policy.Principal, bool)
 }
 
 func (r *registry) init(b wire.Bounds, o Observer) {
@@ -137,18 +141,33 @@ func (r *registry) count() int {
 	return len(r.byID)
 }
 
-// admitLocked checks WATCH_EXISTS, then RESOURCE_EXHAUSTED.
-func (r *registry) admitLocked(k watchKey) error {
+// admitLocked checks that the store is open (UNAVAILABLE), that p may still read ns after any reload
+// (PERMISSION_DENIED), then WATCH_EXISTS, then RESOURCE_EXHAUSTED. It returns the principal the watch
+// is registered with.
+func (r *registry) admitLocked(k watchKey, p policy.Principal, ns string) (policy.Principal, error) {
+	if r.shut {
+		return p, errClosed
+	}
+	if r.lookup != nil {
+		cur, ok := r.lookup(p.ID)
+		if !ok {
+			return p, wire.Errorf(wire.CodePermissionDenied, "unknown principal %q", p.ID)
+		}
+		if err := policy.CheckRead(cur, ns); err != nil {
+			return p, err
+		}
+		p = cur
+	}
 	if _, ok := r.byID[k]; ok {
-		return wire.Errorf(wire.CodeWatchExists, "watch %q is already live for %s", k.id, k.principal)
+		return p, wire.Errorf(wire.CodeWatchExists, "watch %q is already live for %s", k.id, k.principal)
 	}
 	if int64(len(r.byID)) >= r.bounds.MaxWatches {
-		return wire.Errorf(wire.CodeResourceExhausted, "%d watches are live (max_watches)", len(r.byID))
+		return p, wire.Errorf(wire.CodeResourceExhausted, "%d watches are live (max_watches)", len(r.byID))
 	}
 	if r.perPrincipal[k.principal] >= r.bounds.MaxWatchesPerPrincipal {
-		return wire.Errorf(wire.CodeResourceExhausted, "principal %s has %d live watches (max_watches_per_principal)", k.principal, r.perPrincipal[k.principal])
+		return p, wire.Errorf(wire.CodeResourceExhausted, "principal %s has %d live watches (max_watches_per_principal)", k.principal, r.perPrincipal[k.principal])
 	}
-	return nil
+	return p, nil
 }
 
 func (r *registry) addLocked(w *watch) {
@@ -241,9 +260,22 @@ func (r *registry) expireAcks(now int64) {
 func (r *registry) closeAll(reason wire.CloseReason, msg string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.closeAllLocked(reason, msg)
+}
+
+func (r *registry) closeAllLocked(reason wire.CloseReason, msg string) {
 	for _, w := range r.byID {
 		r.closeLocked(w, reason, msg)
 	}
+}
+
+// shutdown closes every watch with reason and admits none after: a watch racing Close either gets
+// its close message or is refused UNAVAILABLE.
+func (r *registry) shutdown(reason wire.CloseReason, msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.shut = true
+	r.closeAllLocked(reason, msg)
 }
 
 // monoStart anchors monoNow.
@@ -311,7 +343,8 @@ func (s *Store) tryWatch(p policy.Principal, req wire.WatchRequest, sink Sink, m
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := watchKey{principal: p.ID, id: req.WatchID}
-	if err := r.admitLocked(k); err != nil {
+	p, err := r.admitLocked(k, p, req.Namespace)
+	if err != nil {
 		return nil, false, err
 	}
 	ws := &wire.WatchState{WatchID: req.WatchID, Namespace: req.Namespace, KeyPrefix: req.KeyPrefix, Entries: []wire.Entry{}}
@@ -333,7 +366,7 @@ func (s *Store) tryWatch(p policy.Principal, req wire.WatchRequest, sink Sink, m
 			return nil, false, wire.Errorf(wire.CodeWatchTooBroad, "more than %d entries match (max_snapshot_entries); narrow the prefix", s.opts.Bounds.MaxSnapshotEntries)
 		}
 	}
-	if size := snapshotSize(ws); size > s.opts.Bounds.MaxSnapshotBytes {
+	if size := snapshotSize(req.RequestID, ws); size > s.opts.Bounds.MaxSnapshotBytes {
 		return nil, false, wire.Errorf(wire.CodeWatchTooBroad, "the snapshot encodes to %d bytes (max_snapshot_bytes %d); narrow the prefix", size, s.opts.Bounds.MaxSnapshotBytes)
 	}
 	r.addLocked(&watch{key: k, principal: p, ns: req.Namespace, prefix: req.KeyPrefix, sink: sink,
@@ -341,12 +374,12 @@ func (s *Store) tryWatch(p policy.Principal, req wire.WatchRequest, sink Sink, m
 	return ws, false, nil
 }
 
-// snapshotSize is the length of the encoded watch reply: the StateStoreResult carrying ws, with the
-// largest request_id.
-func snapshotSize(ws *wire.WatchState) int64 {
+// snapshotSize is the length of the encoded watch reply: the StateStoreResult of request requestID
+// carrying ws.
+func snapshotSize(requestID int64, ws *wire.WatchState) int64 {
 	head := *ws
 	head.Entries = []wire.Entry{}
-	b, _ := json.Marshal(wire.Result{RequestID: wire.MaxSafeInteger, OK: true, Watch: &head})
+	b, _ := json.Marshal(wire.Result{RequestID: requestID, OK: true, Watch: &head})
 	size := int64(len(b))
 	var scratch []byte
 	for i := range ws.Entries {
@@ -443,11 +476,15 @@ func (s *Store) DropWatch(ref WatchRef) bool {
 
 // ReloadPrincipals re-evaluates every live watch against the principals lookup returns (false: the
 // principal was removed). A watch whose principal can no longer read its namespace is closed with
-// UNAUTHORIZED before ReloadPrincipals returns, so no update reaches it after the change.
+// UNAUTHORIZED before ReloadPrincipals returns, so no update reaches it after the change. From then
+// on lookup is the authority for watches: one that registers later, even with a principal its caller
+// resolved before the reload, is checked against lookup and refused PERMISSION_DENIED if it may no
+// longer read. lookup must be safe to call at any time and must not call the Store.
 func (s *Store) ReloadPrincipals(lookup func(id string) (policy.Principal, bool)) {
 	r := &s.watches
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.lookup = lookup
 	for _, w := range r.byID {
 		p, ok := lookup(w.key.principal)
 		if !ok || !policy.CanRead(p, w.ns) {

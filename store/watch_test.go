@@ -353,9 +353,50 @@ func TestSnapshotSizeIsTheEncodedReply(t *testing.T) {
 			ws.Entries = append(ws.Entries, wire.Entry{Namespace: "service/x", Key: fmt.Sprintf("a/%d", i), Schema: "keeppeek.lease.v1",
 				Owner: "coordinator", Revision: uint64(i + 1), TTLMs: int64(i * 1000), ExpiresAtMs: int64(i * 5000), Document: json.RawMessage(`{"holder":"w","claimed_at_ms":1}`)})
 		}
-		b, _ := json.Marshal(wire.Result{RequestID: wire.MaxSafeInteger, OK: true, Watch: ws})
-		if got := snapshotSize(ws); got != int64(len(b)) {
-			t.Fatalf("%d entries: snapshotSize %d, encoded reply %d bytes", n, got, len(b))
+		for _, id := range []int64{0, 7, 123456, wire.MaxSafeInteger} {
+			b, _ := json.Marshal(wire.Result{RequestID: id, OK: true, Watch: ws})
+			if got := snapshotSize(id, ws); got != int64(len(b)) {
+				t.Fatalf("%d entries, request %d: snapshotSize %d, encoded reply %d bytes", n, id, got, len(b))
+			}
+		}
+	}
+}
+
+// The snapshot bytes bound applies to the reply as sent, with the request's own request_id: a reply
+// of exactly max_snapshot_bytes is accepted, one byte more is WATCH_TOO_BROAD.
+func TestSnapshotBytesBoundIsExact(t *testing.T) {
+	fill := func(t *testing.T, s *Store) {
+		for i := range 3 {
+			mustPut(t, s, admin, putLease("service/x", fmt.Sprintf("a/%d", i)))
+		}
+	}
+	probe, _ := openT(t, DefaultOptions())
+	fill(t, probe)
+	sink, _ := chanSink(8)
+	ws, err := probe.Watch(ctxT(t), admin, wire.WatchRequest{RequestID: 1, WatchID: "w", Namespace: "service/x"}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, _ := json.Marshal(wire.Result{RequestID: 1, OK: true, Watch: ws})
+	for _, tc := range []struct {
+		bound int64
+		code  wire.Code
+	}{{int64(len(reply)), ""}, {int64(len(reply)) - 1, wire.CodeWatchTooBroad}} {
+		opts := DefaultOptions()
+		opts.Bounds.MaxSnapshotBytes = tc.bound
+		s, _ := openT(t, opts)
+		fill(t, s)
+		sink, _ := chanSink(8)
+		ws, err := s.Watch(ctxT(t), admin, wire.WatchRequest{RequestID: 1, WatchID: "w", Namespace: "service/x"}, sink)
+		if tc.code == "" {
+			if err != nil || len(ws.Entries) != 3 {
+				t.Fatalf("bound %d (the reply's size): %v", tc.bound, err)
+			}
+			continue
+		}
+		wantCode(t, err, tc.code)
+		if s.Stats().Watches != 0 {
+			t.Fatalf("bound %d: a rejected watch was registered", tc.bound)
 		}
 	}
 }

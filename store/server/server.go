@@ -38,7 +38,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics, when set, is updated by the server.
 	Metrics *Metrics
-	// RequestTimeout bounds how long one request may wait on the engine. Default 30 s.
+	// RequestTimeout bounds how long one request may wait on the engine. Default 30 s. A request that
+	// reaches it gets no reply: a write may still commit, so no error code would be true.
 	RequestTimeout time.Duration
 	// Interest, when set, reports whether anyone subscribes to a subject (an embedded NATS server can
 	// tell; a client of an external one cannot). The server then looks every SweepInterval for watches
@@ -105,16 +106,24 @@ func New(st *store.Store, nc *nats.Conn, opts Options) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) setPrincipals(ps []policy.Principal) error {
+func principalMap(ps []policy.Principal) (map[string]policy.Principal, error) {
 	m := make(map[string]policy.Principal, len(ps))
 	for _, p := range ps {
 		if err := p.Validate(); err != nil {
-			return err
+			return nil, err
 		}
 		if _, dup := m[p.ID]; dup {
-			return fmt.Errorf("server: principal %q is configured twice", p.ID)
+			return nil, fmt.Errorf("server: principal %q is configured twice", p.ID)
 		}
 		m[p.ID] = p
+	}
+	return m, nil
+}
+
+func (s *Server) setPrincipals(ps []policy.Principal) error {
+	m, err := principalMap(ps)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	s.principals = m
@@ -123,12 +132,21 @@ func (s *Server) setPrincipals(ps []policy.Principal) error {
 }
 
 // SetPrincipals replaces the principals (a reload). Watches of a principal that lost read permission,
-// or was removed, are closed with UNAUTHORIZED before it returns.
+// or was removed, are closed with UNAUTHORIZED before it returns. The store learns the new principals
+// first, in one step with those closes, so no update reaches a watch after its principal lost
+// permission and no watch registers with a permission it no longer has; requests then see the new set.
 func (s *Server) SetPrincipals(ps []policy.Principal) error {
-	if err := s.setPrincipals(ps); err != nil {
+	m, err := principalMap(ps)
+	if err != nil {
 		return err
 	}
-	s.st.ReloadPrincipals(s.Principal)
+	s.st.ReloadPrincipals(func(id string) (policy.Principal, bool) {
+		p, ok := m[id]
+		return p, ok
+	})
+	s.mu.Lock()
+	s.principals = m
+	s.mu.Unlock()
 	return nil
 }
 
@@ -340,6 +358,14 @@ func (s *Server) serve(op wire.Op, req micro.Request) {
 	} else {
 		id, res, after = s.dispatch(op, req)
 	}
+	if !res.OK && res.Error == nil {
+		s.opts.Logger.Warn("request not answered: its context ended while the store had it, so its outcome is unknown",
+			"op", string(op), "request_id", id, "timeout", s.opts.RequestTimeout)
+		if m := s.opts.Metrics; m != nil {
+			m.observeRequest(string(op), "NO_REPLY", time.Since(start))
+		}
+		return
+	}
 	res.RequestID = id
 	// Entries are encoded without re-validating their documents, into a reused buffer: Respond copies
 	// the reply into the connection's buffer.
@@ -359,6 +385,21 @@ func (s *Server) serve(op wire.Op, req micro.Request) {
 	}
 }
 
+// errorResult is the reply to a request the engine answered err. A request whose context ended while
+// the engine had it (RequestTimeout, or Stop's deadline) has an unknown outcome: a write may still
+// commit. It gets no reply at all, as if the reply were lost, rather than an error code that would say
+// nothing changed: noReply marks it.
+func errorResult(id int64, err error) wire.Result {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return noReply
+	}
+	return wire.ErrorResult(id, err)
+}
+
+// noReply is the result of a request that must not be answered: not OK, and without an error, which
+// no real reply is.
+var noReply = wire.Result{}
+
 // dispatch runs one request. after, when not nil, runs once the reply was sent (or failed to be).
 func (s *Server) dispatch(op wire.Op, req micro.Request) (int64, wire.Result, func(error)) {
 	data := req.Data()
@@ -377,7 +418,7 @@ func (s *Server) dispatch(op wire.Op, req micro.Request) (int64, wire.Result, fu
 	ctx, cancel := context.WithTimeout(s.ctx, s.opts.RequestTimeout)
 	defer cancel()
 	fail := func(id int64, err error) (int64, wire.Result, func(error)) {
-		return id, wire.ErrorResult(id, err), nil
+		return id, errorResult(id, err), nil
 	}
 	switch op {
 	case wire.OpGet:
@@ -464,7 +505,7 @@ func (s *Server) watch(ctx context.Context, p policy.Principal, r wire.WatchRequ
 	g := &gate{nc: s.nc, subject: subject}
 	ws, err := s.st.Watch(ctx, p, r, g.sink)
 	if err != nil {
-		return r.RequestID, wire.ErrorResult(r.RequestID, err), nil
+		return r.RequestID, errorResult(r.RequestID, err), nil
 	}
 	after := func(respErr error) {
 		if respErr != nil {
