@@ -32,6 +32,8 @@ type Options struct {
 	// WatchSweep, when set, has the server look this often for watches whose subscriber is gone
 	// (server.Options.Interest, answered by the embedded NATS server), and gives the Env Metrics.
 	WatchSweep time.Duration
+	// RequestTimeout, when set, is the server's (server.Options.RequestTimeout).
+	RequestTimeout time.Duration
 }
 
 // Env is a running state service.
@@ -71,7 +73,7 @@ func Start(t testing.TB, o Options) *Env {
 		st.Close()
 		t.Fatalf("testenv: connect: %v", err)
 	}
-	sopts := server.Options{Principals: o.Principals}
+	sopts := server.Options{Principals: o.Principals, RequestTimeout: o.RequestTimeout}
 	if o.WatchSweep > 0 {
 		sopts.Metrics = server.NewMetrics(prometheus.NewRegistry())
 		sopts.Interest = ns.HasSubscriber

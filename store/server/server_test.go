@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -240,4 +241,27 @@ func TestHeartbeatsBecomeWorkerEntries(t *testing.T) {
 	if _, err := sub.NextMsg(50 * time.Millisecond); err == nil {
 		t.Fatalf("an extra update after the expiry")
 	}
+}
+
+// A request whose time in the store runs out has an unknown outcome (a write may still commit), so it
+// gets no reply rather than an error saying nothing changed; the server goes on answering others.
+func TestTimedOutRequestGetsNoReply(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{RequestTimeout: time.Nanosecond})
+	nc := env.Connect(t, "coordinator")
+	body := `{"request_id":7,"namespace":"service/tx","key":"leases/a","schema":"keeppeek.lease.v1","document":` + lease + `}`
+	msg, err := nc.Request(wire.StateSubject(wire.DefaultPrefix, "coordinator", wire.OpPut), []byte(body), 500*time.Millisecond)
+	if !errors.Is(err, nats.ErrTimeout) {
+		t.Fatalf("a put whose store time ran out was answered: %v %s", err, msgData(msg))
+	}
+	// Its context had ended before it was queued, so it changed nothing; a get, which does not wait
+	// on the store, is answered.
+	r := request(t, nc, "coordinator", wire.OpGet, `{"request_id":8,"namespace":"service/tx","key":"leases/a"}`)
+	wantErr(t, r, wire.CodeNotFound)
+}
+
+func msgData(m *nats.Msg) string {
+	if m == nil {
+		return ""
+	}
+	return string(m.Data)
 }
