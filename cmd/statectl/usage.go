@@ -82,7 +82,7 @@ then the updates and closes as the server sent them; the notices go to stderr.
 
 Runs until Ctrl-C, until --count messages were printed, or for --timeout when that flag is given on
 the command line: the watch then ends at the deadline (exit 0, or exit 1 when --count messages had not
-come by then) and each request keeps the default 5s bound.
+come by then; exit 3, TIMEOUT, when no watch had opened) and each request keeps the default 5s bound.
 
 Flags:
   --count N   stop after N updates and closes (the snapshots do not count)

@@ -93,16 +93,18 @@ func (w *watcher) requestTimeout() time.Duration {
 func (w *watcher) done() bool { return w.count > 0 && w.printed >= w.count }
 
 // run watches until ctx ends, the count is reached, or the watch fails for good. It returns nil when
-// ctx ends.
+// ctx ends after the first watch opened, or when it is cancelled (interrupted) before.
 func (w *watcher) run(ctx context.Context) error {
 	nc := w.c.Conn()
 	status := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
 	defer nc.RemoveStatusListener(status)
 	wt, err := w.open(ctx) // the first watch fails at once: bad arguments, no permission, no server
 	if err != nil {
-		if ctx.Err() != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
 			return nil
 		}
+		// Also when the --timeout deadline passed before any answer: the request's error (a
+		// deadline) is reported as TIMEOUT, like that of any other command.
 		return err
 	}
 	for {

@@ -206,7 +206,7 @@ func (f *File) Namespaces() ([]string, error) {
 	for name, v := range settings {
 		if _, ok := v.(map[string]any); !ok {
 			return nil, fmt.Errorf("settingsfile: %s: %s.%s.%q is a %s, not a table",
-				f.path, keyStateStore, keySettings, name, typeName(v))
+				f.path, keyStateStore, keySettings, name, TypeName(v))
 		}
 		names = append(names, name)
 	}
@@ -257,7 +257,7 @@ func optTable(parent map[string]any, key, name string) (map[string]any, error) {
 	}
 	t, ok := v.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("settingsfile: %s is a %s, not a table", name, typeName(v))
+		return nil, fmt.Errorf("settingsfile: %s is a %s, not a table", name, TypeName(v))
 	}
 	return t, nil
 }
@@ -289,7 +289,7 @@ func checkNamespace(namespace string) error {
 func decodeSection(raw any) (State, error) {
 	table, ok := raw.(map[string]any)
 	if !ok {
-		return State{}, fmt.Errorf("section is a %s, not a table", typeName(raw))
+		return State{}, fmt.Errorf("section is a %s, not a table", TypeName(raw))
 	}
 	var s State
 	for k := range table {
@@ -307,7 +307,7 @@ func decodeSection(raw any) (State, error) {
 	if v, ok := table[keyEntries]; ok {
 		entries, ok := v.(map[string]any)
 		if !ok {
-			return State{}, fmt.Errorf("%s is a %s, not a table of entries", keyEntries, typeName(v))
+			return State{}, fmt.Errorf("%s is a %s, not a table of entries", keyEntries, TypeName(v))
 		}
 		keys := make([]string, 0, len(entries))
 		for k := range entries {
@@ -329,7 +329,7 @@ func decodeSection(raw any) (State, error) {
 func decodeEntry(key string, raw any, nsRevision uint64) (Entry, error) {
 	table, ok := raw.(map[string]any)
 	if !ok {
-		return Entry{}, fmt.Errorf("is a %s, not a table", typeName(raw))
+		return Entry{}, fmt.Errorf("is a %s, not a table", TypeName(raw))
 	}
 	if key == "" {
 		return Entry{}, errors.New("empty key")
@@ -380,7 +380,7 @@ func stringField(table map[string]any, key string) (string, error) {
 	}
 	s, ok := v.(string)
 	if !ok {
-		return "", fmt.Errorf("%s is a %s, not a string", key, typeName(v))
+		return "", fmt.Errorf("%s is a %s, not a string", key, TypeName(v))
 	}
 	if s == "" {
 		return "", fmt.Errorf("empty %s", key)
@@ -399,7 +399,7 @@ func intField(table map[string]any, key string) (int64, error) {
 func intValue(v any, key string) (int64, error) {
 	n, ok := v.(int64)
 	if !ok {
-		return 0, fmt.Errorf("%s is a %s, not an integer", key, typeName(v))
+		return 0, fmt.Errorf("%s is a %s, not an integer", key, TypeName(v))
 	}
 	if n < 0 || n > maxInt {
 		return 0, fmt.Errorf("%s %d is outside 0 to 2^53-1", key, n)
@@ -549,8 +549,8 @@ func syncDir(dir string) error {
 	return errors.Join(serr, cerr)
 }
 
-// typeName names a decoded TOML value's kind for error messages.
-func typeName(v any) string {
+// TypeName names a decoded TOML value's kind (string, integer, table, ...) for error messages.
+func TypeName(v any) string {
 	switch v.(type) {
 	case string:
 		return "string"

@@ -13,6 +13,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/keeppeek/coordination/internal/settingsfile"
 	"github.com/keeppeek/coordination/store/policy"
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -74,8 +75,21 @@ func DefaultConfig() *Config {
 
 // LoadConfig reads and validates a configuration file. Unknown keys are errors.
 func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	// A first, untyped pass checks the shape of the keys that must hold tables: decoding into the
+	// typed Config would drop a scalar given for a map (bounds = 5) without an error.
+	var raw map[string]any
+	if _, err := toml.Decode(string(data), &raw); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := checkShape(raw); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
 	c := DefaultConfig()
-	md, err := toml.DecodeFile(path, c)
+	md, err := toml.Decode(string(data), c)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -97,6 +111,45 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return c, nil
+}
+
+// checkShape reports a key that must hold a table (nats, bounds, state_store,
+// state_store.settings) or an array of tables (principals) but holds another TOML type.
+func checkShape(raw map[string]any) error {
+	for _, key := range []string{"nats", "bounds", "state_store"} {
+		if v, ok := raw[key]; ok {
+			if _, isTable := v.(map[string]any); !isTable {
+				return fmt.Errorf("%s: expected a table, found %s", key, settingsfile.TypeName(v))
+			}
+		}
+	}
+	if ss, ok := raw["state_store"].(map[string]any); ok {
+		if v, ok := ss["settings"]; ok {
+			settings, isTable := v.(map[string]any)
+			if !isTable {
+				return fmt.Errorf("state_store.settings: expected a table, found %s", settingsfile.TypeName(v))
+			}
+			for ns, e := range settings {
+				if _, isTable := e.(map[string]any); !isTable {
+					return fmt.Errorf("state_store.settings.%q: expected a table, found %s", ns, settingsfile.TypeName(e))
+				}
+			}
+		}
+	}
+	if v, ok := raw["principals"]; ok {
+		switch v := v.(type) {
+		case []map[string]any: // [[principals]]
+		case []any: // principals = [{...}, ...]
+			for i, e := range v {
+				if _, isTable := e.(map[string]any); !isTable {
+					return fmt.Errorf("principals: expected an array of tables, found %s at index %d", settingsfile.TypeName(e), i)
+				}
+			}
+		default:
+			return fmt.Errorf("principals: expected an array of tables, found %s", settingsfile.TypeName(v))
+		}
+	}
+	return nil
 }
 
 // Path is the file the configuration was read from ("" for defaults).
