@@ -32,6 +32,9 @@ type Options struct {
 	ServerName string
 	// ReadyTimeout bounds the wait for the server to accept connections. Default 10 s.
 	ReadyTimeout time.Duration
+	// MaxPending is how many bytes may wait to be written to one connection before the server cuts it
+	// as a slow consumer. Default nats-server's (64 MiB).
+	MaxPending int64
 }
 
 // Server is a running embedded server.
@@ -95,6 +98,14 @@ func serverOptions(o Options) (*server.Options, error) {
 		MaxClosedClients: 1,
 		// No system account: nothing here asks for server events or statistics.
 		NoSystemAccount: true,
+		// A connection that stops reading must never slow down the others. By default nats-server
+		// makes a publisher wait (up to milliseconds per message) while a subscriber's backlog is over
+		// three quarters of MaxPending; stated publishes every watch update and every reply on one
+		// connection, so one frozen watcher would hold up every writer's commit. Instead, messages to
+		// such a subscriber are dropped: its watch sees a sequence gap and resyncs, or closes with
+		// OVERFLOW when it acknowledges nothing.
+		NoFastProducerStall: true,
+		MaxPending:          o.MaxPending,
 	}
 	applyUsers(opts, o.Users)
 	return opts, nil

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/nats-io/nkeys"
 
 	"github.com/keeppeek/coordination/internal/settingsfile"
 	"github.com/keeppeek/coordination/store/policy"
@@ -184,8 +185,8 @@ func (c *Config) Validate() error {
 		if (p.Password == "") == (p.Nkey == "") {
 			return fmt.Errorf("principal %q: set exactly one of password and nkey", p.ID)
 		}
-		if p.Nkey != "" && !strings.HasPrefix(p.Nkey, "U") {
-			return fmt.Errorf("principal %q: nkey must be a user public key (U...)", p.ID)
+		if p.Nkey != "" && !nkeys.IsValidPublicUserKey(p.Nkey) {
+			return fmt.Errorf("principal %q: nkey must be a user public key (U..., as `nsc` or `nk -gen user -pubout` print it)", p.ID)
 		}
 	}
 	if _, err := c.BoundsValue(); err != nil {

@@ -59,7 +59,9 @@ func TestLoadConfigAcceptsTableForms(t *testing.T) {
 		}},
 		{"settings inline", "state_store = { settings = { \"service/x\" = {} } }\n", func(c *Config) bool { return len(c.StateStore.Settings) == 1 }},
 		{"principals array of tables", "[[principals]]\nid = \"a\"\npassword = \"x\"\n", func(c *Config) bool { return len(c.Principals) == 1 && c.Principals[0].ID == "a" }},
-		{"principals inline", "principals = [{ id = \"a\", password = \"x\" }, { id = \"b\", nkey = \"UB\" }]\n", func(c *Config) bool { return len(c.Principals) == 2 && c.Principals[1].Nkey == "UB" }},
+		{"principals inline", "principals = [{ id = \"a\", password = \"x\" }, { id = \"b\", nkey = \"UBSXMD3YDWAODS7NFTMM23JBQHB77EVHIPFNMTC6N53B6UU3OGD7LXH6\" }]\n", func(c *Config) bool {
+			return len(c.Principals) == 2 && c.Principals[1].Nkey == "UBSXMD3YDWAODS7NFTMM23JBQHB77EVHIPFNMTC6N53B6UU3OGD7LXH6"
+		}},
 		{"principals empty", "principals = []\n", func(c *Config) bool { return len(c.Principals) == 0 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/goleak"
 )
 
@@ -36,7 +37,7 @@ password = "pw"
 [[principals]]
 id = "media"
 media = true
-nkey = "UABC"
+nkey = "UCQQMSRE3RWAQSET43FQ5MWMAZURBH4KIMVLXL2HLHCK5SKICYCJKWIL"
 
 [bounds]
 max_pending_updates = 8
@@ -63,13 +64,25 @@ revision = 2
 	}
 	out := PermissionsConfig(c)
 	for _, want := range []string{`"acme.state.v1.coordinator.>"`, `"acme.admin.v1.coordinator.>"`, `"_INBOX.media.>"`,
-		`nkey: "UABC"`, `"acme.media.v1.*.>"`, `allow_responses`} {
+		`nkey: "UCQQMSRE3RWAQSET43FQ5MWMAZURBH4KIMVLXL2HLHCK5SKICYCJKWIL"`, `"acme.media.v1.*.>"`, `allow_responses`} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("permissions lack %s:\n%s", want, out)
 		}
 	}
 	if strings.Contains(strings.Split(out, "media")[0], "allow_responses") {
 		t.Fatalf("a non-media principal may answer requests:\n%s", out)
+	}
+	// nats-server reads it as a configuration file.
+	file := filepath.Join(t.TempDir(), "nats.conf")
+	if err := os.WriteFile(file, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(file)
+	if err != nil {
+		t.Fatalf("nats-server rejects the generated configuration: %v\n%s", err, out)
+	}
+	if !opts.NoFastProducerStall || len(opts.Users)+len(opts.Nkeys) != 2 {
+		t.Fatalf("nats-server read no_fast_producer_stall %v, %d users, %d nkey users", opts.NoFastProducerStall, len(opts.Users), len(opts.Nkeys))
 	}
 }
 
@@ -92,6 +105,7 @@ func TestLoadConfigRejects(t *testing.T) {
 		"bad principal":      "[[principals]]\nid = \"Bad\"\npassword = \"x\"\n",
 		"no credential":      "[[principals]]\nid = \"a\"\n",
 		"two credentials":    "[[principals]]\nid = \"a\"\npassword = \"x\"\nnkey = \"UA\"\n",
+		"bad nkey":           "[[principals]]\nid = \"a\"\nnkey = \"UABC\"\n",
 		"duplicate":          "[[principals]]\nid = \"a\"\npassword = \"x\"\n[[principals]]\nid = \"a\"\npassword = \"y\"\n",
 		"listen and url":     "[nats]\nlisten = \"127.0.0.1:1\"\nurl = \"nats://x:4222\"\n",
 		"tiny sweep":         "[nats]\nwatch_sweep_ms = 5\n",

@@ -34,6 +34,8 @@ type Options struct {
 	WatchSweep time.Duration
 	// RequestTimeout, when set, is the server's (server.Options.RequestTimeout).
 	RequestTimeout time.Duration
+	// NATSMaxPending, when set, is the embedded NATS server's natsserver.Options.MaxPending.
+	NATSMaxPending int64
 }
 
 // Env is a running state service.
@@ -59,7 +61,7 @@ func Start(t testing.TB, o Options) *Env {
 	if o.DataDir == "" {
 		o.DataDir = t.TempDir()
 	}
-	ns := natstest.Start(t, natsserver.Options{}) // shut down at cleanup, after the server (registered later)
+	ns := natstest.Start(t, natsserver.Options{MaxPending: o.NATSMaxPending}) // shut down at cleanup, after the server (registered later)
 	opts := store.DefaultOptions()
 	if o.Bounds != nil {
 		opts.Bounds = *o.Bounds
