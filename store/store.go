@@ -211,6 +211,10 @@ func (s *Store) unavailable() error {
 	return wire.Errorf(wire.CodeUnavailable, "state store is not served: %v", s.reason)
 }
 
+// Serving returns nil while the store is served, and UNAVAILABLE (with the reason) when it did not
+// load or is closed: what every call but Info answers first.
+func (s *Store) Serving() error { return s.serving() }
+
 // serving returns UNAVAILABLE when the store did not load or is closing.
 func (s *Store) serving() error {
 	if s.reason != nil {

@@ -235,6 +235,14 @@ func TestE2EGarbageDatabaseIsUnavailable(t *testing.T) {
 	if r.OK || r.Error.Code != wire.CodeUnavailable {
 		t.Fatalf("get on a garbage database: %+v", r)
 	}
+	// UNAVAILABLE comes before every other check (SPEC section 5, check 0): a request with an unknown
+	// field, or one that is not JSON, is answered UNAVAILABLE too.
+	for body, id := range map[string]int64{`{"request_id":3,"namespace":"service/x","key":"a","owner":"x"}`: 3, `not json`: 0} {
+		r := request(t, coord, "coordinator", wire.OpGet, body)
+		if r.OK || r.Error.Code != wire.CodeUnavailable || r.RequestID != id {
+			t.Fatalf("get %s on a garbage database: %+v", body, r)
+		}
+	}
 	info := request(t, coord, "coordinator", wire.OpInfo, `{}`)
 	if !info.OK || len(info.Features) != 0 {
 		t.Fatalf("info of an unavailable store %+v", info)

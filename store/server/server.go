@@ -403,6 +403,14 @@ var noReply = wire.Result{}
 // dispatch runs one request. after, when not nil, runs once the reply was sent (or failed to be).
 func (s *Server) dispatch(op wire.Op, req micro.Request) (int64, wire.Result, func(error)) {
 	data := req.Data()
+	if op != wire.OpInfo {
+		// SPEC section 5, check (0): a store that is not served answers UNAVAILABLE before any
+		// other check. info is answered regardless (without the store's feature).
+		if err := s.st.Serving(); err != nil {
+			id := wire.RequestIDOf(data)
+			return id, wire.ErrorResult(id, err), nil
+		}
+	}
 	toks, err := wire.SubjectTokens(req.Subject(), s.opts.Prefix, "state.v1", 2)
 	if err != nil {
 		return wire.RequestIDOf(data), wire.ErrorResult(wire.RequestIDOf(data), wire.Errorf(wire.CodeInvalidArgument, "%v", err)), nil
