@@ -32,29 +32,38 @@ func DefaultBounds() Bounds {
 	}
 }
 
-// Validate reports the first bound that is not a positive number within the JSON integer range.
+// Validate reports the first bound that is not a positive number within its range: the JSON integer
+// range, or less for the two a server holds memory or time for per watch.
 func (b Bounds) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int64
+		max  int64
 	}{
-		{"max_document_bytes", b.MaxDocumentBytes},
-		{"max_entries_per_namespace", b.MaxEntriesPerNamespace},
-		{"max_namespaces", b.MaxNamespaces},
-		{"max_total_value_bytes", b.MaxTotalValueBytes},
-		{"max_snapshot_entries", b.MaxSnapshotEntries},
-		{"max_snapshot_bytes", b.MaxSnapshotBytes},
-		{"max_watches", b.MaxWatches},
-		{"max_watches_per_principal", b.MaxWatchesPerPrincipal},
-		{"max_pending_updates", b.MaxPendingUpdates},
-		{"ack_deadline_ms", b.AckDeadlineMs},
+		{"max_document_bytes", b.MaxDocumentBytes, MaxSafeInteger},
+		{"max_entries_per_namespace", b.MaxEntriesPerNamespace, MaxSafeInteger},
+		{"max_namespaces", b.MaxNamespaces, MaxSafeInteger},
+		{"max_total_value_bytes", b.MaxTotalValueBytes, MaxSafeInteger},
+		{"max_snapshot_entries", b.MaxSnapshotEntries, MaxSafeInteger},
+		{"max_snapshot_bytes", b.MaxSnapshotBytes, MaxSafeInteger},
+		{"max_watches", b.MaxWatches, MaxSafeInteger},
+		{"max_watches_per_principal", b.MaxWatchesPerPrincipal, MaxSafeInteger},
+		{"max_pending_updates", b.MaxPendingUpdates, MaxPendingUpdatesLimit},
+		{"ack_deadline_ms", b.AckDeadlineMs, MaxAckDeadlineMs},
 	} {
-		if f.v < 1 || f.v > MaxSafeInteger {
-			return fmt.Errorf("bound %s must be between 1 and %d, got %d", f.name, int64(MaxSafeInteger), f.v)
+		if f.v < 1 || f.v > f.max {
+			return fmt.Errorf("bound %s must be between 1 and %d, got %d", f.name, f.max, f.v)
 		}
 	}
 	return nil
 }
+
+// MaxPendingUpdatesLimit is the largest max_pending_updates: a server keeps the send time of each
+// unacknowledged update of every watch.
+const MaxPendingUpdatesLimit = 4096
+
+// MaxAckDeadlineMs is the largest ack_deadline_ms: one day, as for a TTL.
+const MaxAckDeadlineMs = 86_400_000
 
 // MaxSafeInteger is 2^53-1, the largest integer the contract carries.
 const MaxSafeInteger = 1<<53 - 1

@@ -210,9 +210,15 @@ func TestDefaultBoundsMatchSpec(t *testing.T) {
 
 func TestBoundsValidate(t *testing.T) {
 	typ := reflect.TypeFor[wire.Bounds]()
+	// The two bounds a server holds per-watch memory or time for have smaller ranges.
+	limit := map[string]int64{"max_pending_updates": wire.MaxPendingUpdatesLimit, "ack_deadline_ms": wire.MaxAckDeadlineMs}
 	for i := range typ.NumField() {
 		name := typ.Field(i).Tag.Get("json")
-		for _, v := range []int64{0, -1, -1 << 63, wire.MaxSafeInteger + 1, 1<<63 - 1} {
+		top, ok := limit[name]
+		if !ok {
+			top = wire.MaxSafeInteger
+		}
+		for _, v := range []int64{0, -1, -1 << 63, top + 1, wire.MaxSafeInteger + 1, 1<<63 - 1} {
 			b := wire.DefaultBounds()
 			reflect.ValueOf(&b).Elem().Field(i).SetInt(v)
 			err := b.Validate()
@@ -224,7 +230,7 @@ func TestBoundsValidate(t *testing.T) {
 				t.Errorf("%s = %d: error %q does not name the bound", name, v, err)
 			}
 		}
-		for _, v := range []int64{1, wire.MaxSafeInteger} {
+		for _, v := range []int64{1, top} {
 			b := wire.DefaultBounds()
 			reflect.ValueOf(&b).Elem().Field(i).SetInt(v)
 			if err := b.Validate(); err != nil {
