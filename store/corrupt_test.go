@@ -194,6 +194,102 @@ func TestCorruptFilesOpenUnavailable(t *testing.T) {
 		{"zero-byte file", func(t *testing.T, path string) {
 			writeBytes(t, path, nil)
 		}, []string{"empty", "zero", "truncat"}},
+		{"namespace counter over max_entries_per_namespace", func(t *testing.T, path string) {
+			boltEditFile(t, path, func(tx *bolt.Tx) error {
+				b := tx.Bucket(bucketEntries)
+				var c nsCounter
+				if err := json.Unmarshal(b.Get(counterKey("service/tx")), &c); err != nil {
+					return err
+				}
+				c.Entries = wire.DefaultBounds().MaxEntriesPerNamespace + 1
+				v, _ := json.Marshal(c)
+				return b.Put(counterKey("service/tx"), v)
+			})
+		}, []string{fmt.Sprintf(`namespace "service/tx" holds %d entries, over max_entries_per_namespace`, wire.DefaultBounds().MaxEntriesPerNamespace+1)}},
+		{"more namespaces with entries than max_namespaces", func(t *testing.T, path string) {
+			// The fixture has 2 namespaces with entries; counters for enough more pass the bound by one.
+			boltEditFile(t, path, func(tx *bolt.Tx) error {
+				b := tx.Bucket(bucketEntries)
+				v, _ := json.Marshal(nsCounter{Revision: 1, Entries: 1})
+				for i := range wire.DefaultBounds().MaxNamespaces - 1 {
+					if err := b.Put(counterKey(fmt.Sprintf("service/n%04d", i)), v); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}, []string{fmt.Sprintf("%d namespaces hold entries, over max_namespaces", wire.DefaultBounds().MaxNamespaces+1)}},
+		{"document over max_document_bytes", func(t *testing.T, path string) {
+			// A compact, schema-valid document one byte over the bound, with the byte counters made to
+			// agree, so its size is the only problem.
+			base := `{"holder":"w1","claimed_at_ms":1,"purpose":""}`
+			big := `{"holder":"w1","claimed_at_ms":1,"purpose":"` +
+				strings.Repeat("p ", int(wire.DefaultBounds().MaxDocumentBytes))[:int(wire.DefaultBounds().MaxDocumentBytes)+1-len(base)] + `"}`
+			boltEditFile(t, path, func(tx *bolt.Tx) error {
+				b := tx.Bucket(bucketEntries)
+				var old map[string]json.RawMessage
+				if err := json.Unmarshal(b.Get(entryKey("service/tx", "leases/l0")), &old); err != nil {
+					return err
+				}
+				delta := int64(len(big) - len(old["document"]))
+				if err := editStoredEntry("service/tx", "leases/l0", func(e map[string]any) { e["document"] = json.RawMessage(big) })(tx); err != nil {
+					return err
+				}
+				var c nsCounter
+				if err := json.Unmarshal(b.Get(counterKey("service/tx")), &c); err != nil {
+					return err
+				}
+				c.Bytes += delta
+				v, _ := json.Marshal(c)
+				if err := b.Put(counterKey("service/tx"), v); err != nil {
+					return err
+				}
+				m := tx.Bucket(bucketMeta)
+				total, err := strconv.ParseInt(string(m.Get(metaTotalBytes)), 10, 64)
+				if err != nil {
+					return err
+				}
+				return m.Put(metaTotalBytes, fmt.Appendf(nil, "%d", total+delta))
+			})
+		}, []string{fmt.Sprintf("leases/l0 document is %d bytes, over max_document_bytes", wire.DefaultBounds().MaxDocumentBytes+1)}},
+		{"owner not a principal id", func(t *testing.T, path string) {
+			boltEditFile(t, path, editStoredEntry("service/tx", "leases/l1", func(e map[string]any) { e["owner"] = "Not.A.Principal" }))
+		}, []string{`leases/l1 has an invalid owner "Not.A.Principal"`}},
+		{"invalid key", func(t *testing.T, path string) {
+			// The entry moves to a key that breaks the key rule; counters still agree.
+			boltEditFile(t, path, func(tx *bolt.Tx) error {
+				b := tx.Bucket(bucketEntries)
+				var e map[string]any
+				if err := json.Unmarshal(b.Get(entryKey("service/tx", "leases/l2")), &e); err != nil {
+					return err
+				}
+				e["key"] = "leases//l2"
+				v, _ := json.Marshal(e)
+				if err := b.Delete(entryKey("service/tx", "leases/l2")); err != nil {
+					return err
+				}
+				return b.Put(entryKey("service/tx", "leases//l2"), v)
+			})
+		}, []string{`"leases//l2" has an invalid key`}},
+		{"lease with ttl_ms but no expires_at_ms", func(t *testing.T, path string) {
+			boltEditFile(t, path, editStoredEntry("service/tx", "leases/l0", func(e map[string]any) {
+				e["ttl_ms"] = 5000
+				e["expires_at_ms"] = 0
+			}))
+		}, []string{"leases/l0 has an inconsistent lease"}},
+		{"document not compact", func(t *testing.T, path string) {
+			// Valid JSON of the same compact size (so the byte counters agree), with a space in it.
+			boltEditFile(t, path, func(tx *bolt.Tx) error {
+				b := tx.Bucket(bucketEntries)
+				k := entryKey("service/tx", "leases/l1")
+				v := b.Get(k)
+				nv := bytes.Replace(v, []byte(`"claimed_at_ms":1}`), []byte(`"claimed_at_ms": 1}`), 1)
+				if bytes.Equal(nv, v) {
+					return fmt.Errorf("fixture document of leases/l1 changed: %s", v)
+				}
+				return b.Put(k, nv)
+			})
+		}, []string{"leases/l1 document is not a compact JSON object"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -85,6 +86,16 @@ func startStated(t *testing.T) *e2e.Stated {
 	s := e2e.NewStated(t, e2e.Config{Principals: principals})
 	s.Start()
 	return s
+}
+
+// startWith starts stated with extra configuration (TOML appended to the test's), and gives a context
+// for the test's calls, bounded to a minute.
+func startWith(t *testing.T, extra string) (*e2e.Stated, context.Context) {
+	s := e2e.NewStated(t, e2e.Config{Principals: principals, Extra: extra})
+	s.Start()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return s, ctx
 }
 
 const leaseDoc = `{"holder":"w1","claimed_at_ms":1}`
