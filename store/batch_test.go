@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/keeppeek/coordination/store/policy"
 	"github.com/keeppeek/coordination/store/wire"
@@ -119,4 +120,35 @@ func TestWatchAfterReloadUsesTheNewPrincipals(t *testing.T) {
 		t.Fatal("a refused watch registered")
 	}
 	noMessage(t, ch)
+}
+
+// A lease that came due in a batch whose commit failed is still due: the next batch expires it (one
+// EXPIRE, revision +1), so a failed commit never loses an expiry.
+func TestDueLeaseSurvivesAFailedCommit(t *testing.T) {
+	const settingsNS = "user/alice"
+	fs := &failingSettings{SettingsBackend: TOMLSettings(filepath.Join(t.TempDir(), "stated.toml"), settingsNS)}
+	opts, clk := withClock(DefaultOptions())
+	opts.Settings = map[string]SettingsBackend{settingsNS: fs}
+	s, _ := openT(t, opts)
+	_, ch := watchT(t, s, admin, "w", "service/tx", "leases/")
+	e := mustPut(t, s, admin, ttlPut("service/tx", "leases/a", 60_000)) // the committer's own timer is a minute away
+	recv(t, ch)
+
+	clk.advance(61 * time.Second) // the lease is due, by the store's clock
+	fs.fail = true
+	_, err := s.Put(ctxT(t), alice, wire.PutRequest{Namespace: settingsNS, Key: "prefs", Schema: "keeppeek.preference.v1", Document: []byte(`{"kind":"ui"}`)})
+	wantCode(t, err, wire.CodeStorage) // its batch held the due expiry too, and failed
+	fs.fail = false
+	// The expiry is retried (the committer goroutine is woken for it at once): one EXPIRE, at the
+	// revision after the lease's, whichever batch commits it.
+	if m := recv(t, ch); m.Event == nil || m.Event.Kind != wire.UpdateExpire || m.Event.Revision != e.Revision+1 {
+		t.Fatalf("after the failed commit: %+v", m)
+	}
+	if r := s.submit(ctxT(t), &mutation{kind: mutBarrier}); r.err != nil {
+		t.Fatal(r.err)
+	}
+	noMessage(t, ch)
+	if r := nsRevision(t, s, "service/tx"); r != e.Revision+1 {
+		t.Fatalf("revision %d after the expiry, want %d", r, e.Revision+1)
+	}
 }

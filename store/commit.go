@@ -173,12 +173,17 @@ func (s *Store) arm() time.Duration {
 		return time.Hour
 	}
 	s.armedAtMs = d.atMs
-	wait := s.untilMs(d.atMs)
-	if wait < 0 {
-		return 0
+	wait := s.untilMs(d.atMs) + time.Millisecond // expiry is inclusive: at atMs the entry is already gone
+	if s.commitFailed {
+		// The disk refused the last commit: expiries are retried, but not in a loop that spins
+		// against a full or failing disk.
+		wait = max(wait, commitRetryDelay)
 	}
-	return wait + time.Millisecond // expiry is inclusive: at atMs the entry is already gone
+	return max(wait, 0)
 }
+
+// commitRetryDelay spaces the committer's retries of due expiries while commits fail.
+const commitRetryDelay = 100 * time.Millisecond
 
 // encodeEntry is an entry's JSON encoding, made once per committed version.
 func encodeEntry(e *wire.Entry) []byte {
@@ -421,6 +426,10 @@ func (s *Store) runBatch(muts []*mutation) error {
 				s.deadlines.push(d) // they are still due; the next batch tries again
 			}
 			s.expiring = false
+			s.commitFailed = true
+			// The committer goroutine's timer may be set for a deadline that is now past: have the
+			// next needsCommitter wake it, so it retries (and then waits commitRetryDelay per retry).
+			s.armedAtMs = math.MaxInt64
 			s.mu.Unlock()
 			s.opts.Logger.Error("commit failed", "mutations", len(muts), "err", err)
 			serr := wire.Errorf(wire.CodeStorage, "commit failed: %v", err)
@@ -434,6 +443,7 @@ func (s *Store) runBatch(muts []*mutation) error {
 	} else if len(due) > 0 {
 		s.mu.Lock()
 		s.expiring = false
+		s.commitFailed = false
 		s.mu.Unlock()
 	}
 	for i, m := range muts {
@@ -571,6 +581,7 @@ func (s *Store) apply(st *stage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expiring = false
+	s.commitFailed = false
 	for _, op := range st.ops {
 		sp := s.space(op.ns)
 		var prevSize int64

@@ -33,6 +33,7 @@ type Store struct {
 	deadlines      deadlineHeap
 	expiring       bool  // due leases popped from deadlines and not yet applied
 	armedAtMs      int64 // the deadline the committer goroutine's timer is set for
+	commitFailed   bool  // the last commit failed: the committer retries due expiries after commitRetryDelay
 	audit          auditHead
 
 	watches registry
