@@ -67,7 +67,8 @@ type Server struct {
 	inflight sync.RWMutex
 	stopped  bool
 	backups  backups
-	lanes    lanes
+	lanes    lanes         // acks and unwatches, ordered per principal
+	hbLanes  lanes         // heartbeats, ordered per worker
 	activity atomic.Uint64 // requests handled
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -98,7 +99,7 @@ func New(st *store.Store, nc *nats.Conn, opts Options) (*Server, error) {
 	if opts.SweepInterval < 0 {
 		return nil, fmt.Errorf("server: negative sweep interval %v", opts.SweepInterval)
 	}
-	s := &Server{st: st, nc: nc, opts: opts}
+	s := &Server{st: st, nc: nc, opts: opts, hbLanes: lanes{n: heartbeatLanes}}
 	if err := s.setPrincipals(opts.Principals); err != nil {
 		return nil, err
 	}
@@ -248,6 +249,7 @@ func (s *Server) Stop(ctx context.Context) error {
 			err = errors.Join(err, s.hbSub.Unsubscribe())
 		}
 		s.lanes.stop()
+		s.hbLanes.stop()
 		done := make(chan struct{})
 		go func() {
 			s.inflight.Lock()
@@ -280,15 +282,22 @@ func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 	return func(req micro.Request) {
 		switch op {
 		case wire.OpAck, wire.OpUnwatch:
-			s.lanes.run(req.Subject(), func() { s.serve(op, req) })
+			// The principal is the token before the op: <prefix...>.state.v1.<principal>.<op>; the
+			// subject without its last token keeps one principal on one lane.
+			key := req.Subject()
+			if i := strings.LastIndexByte(key, '.'); i > 0 {
+				key = key[:i]
+			}
+			s.lanes.run(key, func() { s.serve(op, req) })
 		default:
 			go s.serve(op, req)
 		}
 	}
 }
 
-// lanes run functions in order per key (a principal's subject) and in parallel across keys.
+// lanes run functions in order per key and in parallel across keys.
 type lanes struct {
+	n      int // lanes; 0: laneCount
 	once   sync.Once
 	mu     sync.RWMutex // run holds it shared while it hands a function over; stop exclusively
 	closed bool
@@ -296,11 +305,16 @@ type lanes struct {
 	wg     sync.WaitGroup
 }
 
+// laneCount is how many lanes a lanes has unless it says otherwise.
 const laneCount = 8
 
-func (l *lanes) run(subject string, fn func()) {
+func (l *lanes) run(key string, fn func()) {
 	l.once.Do(func() {
-		l.chs = make([]chan func(), laneCount)
+		n := l.n
+		if n == 0 {
+			n = laneCount
+		}
+		l.chs = make([]chan func(), n)
 		for i := range l.chs {
 			ch := make(chan func(), 256)
 			l.chs[i] = ch
@@ -313,21 +327,15 @@ func (l *lanes) run(subject string, fn func()) {
 			}()
 		}
 	})
-	// The principal is the fourth token: <prefix...>.state.v1.<principal>.<op>; hashing the subject
-	// without its last token keeps one principal on one lane.
-	key := subject
-	if i := strings.LastIndexByte(key, '.'); i > 0 {
-		key = key[:i]
-	}
 	h := fnv.New32a()
 	h.Write([]byte(key))
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed {
-		go fn() // a request that raced the stop: it is answered UNAVAILABLE
+		go fn() // a request that raced the stop: it is answered UNAVAILABLE (a heartbeat, dropped)
 		return
 	}
-	l.chs[h.Sum32()%laneCount] <- fn
+	l.chs[h.Sum32()%uint32(len(l.chs))] <- fn
 }
 
 // stop ends the lanes after the functions already queued.
