@@ -80,7 +80,7 @@ type nsCounter struct {
 // batch is one atomic commit.
 type batch struct {
 	changes    []change
-	namespaces map[string]nsCounter // every database-backed namespace the batch touched
+	namespaces map[string]nsCounter // every namespace the batch touched (a settings-backed one: its revision only)
 	totalBytes int64                // database-backed document bytes after the batch
 	audit      []auditRecord
 }

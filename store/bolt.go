@@ -316,12 +316,12 @@ func loadTx(tx *bolt.Tx, rules *loadRules) (*loaded, error) {
 		if !wire.ValidNamespace(ns) {
 			return fmt.Errorf("namespace %q is not a valid namespace", ns)
 		}
-		if _, ok := rules.settings[ns]; ok {
-			return fmt.Errorf("namespace %q is settings-backed but has database entries", ns)
-		}
 		var c nsCounter
 		if err := strictJSON(v, &c); err != nil {
 			return fmt.Errorf("namespace %q metadata: %v", ns, err)
+		}
+		if _, ok := rules.settings[ns]; ok && (c.Entries != 0 || c.Bytes != 0) {
+			return fmt.Errorf("namespace %q is settings-backed but has database entries", ns)
 		}
 		if c.Revision > wire.MaxSafeInteger || c.Entries < 0 || c.Bytes < 0 {
 			return fmt.Errorf("namespace %q metadata out of range", ns)

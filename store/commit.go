@@ -495,6 +495,11 @@ func (s *Store) persist(st *stage) error {
 		if !n.settings {
 			bt.changes = append(bt.changes, change{kind: op.kind, ns: op.ns, key: op.key, entry: op.entry, json: op.json})
 			bt.namespaces[op.ns] = nsCounter{Revision: n.revision, Entries: n.count, Bytes: n.bytes}
+		} else {
+			// A settings-backed namespace's entries live in its file; the database keeps its revision
+			// only, as a floor, so the revision never goes back if the file is replaced by an older one
+			// or the namespace stops being settings-backed (SPEC section 4).
+			bt.namespaces[op.ns] = nsCounter{Revision: n.revision}
 		}
 		if op.kind == changeTouch {
 			continue // a keepalive is not an audited mutation

@@ -65,11 +65,28 @@ func TestSettingsBackedNamespace(t *testing.T) {
 	if err != nil || !rep.OK() || rep.Records != 4 {
 		t.Fatalf("settings writes are audited: %+v %v", rep, err)
 	}
-	// Without the settings declaration the database has no trace of the namespace.
+	// Without the settings declaration the namespace's entries are gone with the file, but its revision
+	// stays: the database keeps it as a floor, so revisions never go back (SPEC section 4).
 	s2.Close()
 	s3 := openAt(t, path, DefaultOptions())
-	if r, _ := s3.List(ctx, admin, wire.ListRequest{Namespace: ns}); r.Revision != 0 || len(r.Entries) != 0 {
-		t.Fatalf("settings entries leaked into the database: %+v", r)
+	if r, _ := s3.List(ctx, admin, wire.ListRequest{Namespace: ns}); r.Revision != 4 || len(r.Entries) != 0 {
+		t.Fatalf("the namespace without its settings declaration: %+v, want revision 4 and no entries", r)
+	}
+	if e := mustPut(t, s3, admin, req); e.Revision != 5 {
+		t.Fatalf("put after the settings declaration was dropped at revision %d, want 5", e.Revision)
+	}
+	if _, err := s3.Delete(ctx, admin, wire.DeleteRequest{Namespace: ns, Key: req.Key}); err != nil {
+		t.Fatal(err)
+	}
+	s3.Close()
+	// Declared again, over a file whose revision (4) is behind the database's (6): the database's wins.
+	s4 := openAt(t, path, opts2)
+	r, err = s4.List(ctx, admin, wire.ListRequest{Namespace: ns})
+	if err != nil || r.Revision != 6 || len(r.Entries) != 1 {
+		t.Fatalf("settings namespace declared again: %+v %v, want revision 6 and the file's one entry", r, err)
+	}
+	if e := mustPut(t, s4, admin, req); e.Revision != 7 {
+		t.Fatalf("settings put after the floor at revision %d, want 7", e.Revision)
 	}
 }
 

@@ -136,7 +136,7 @@ func (s *Store) loadSettings(ns string, sb SettingsBackend) error {
 	}
 	sp := s.space(ns)
 	sp.settings = true
-	sp.revision = st.Revision
+	sp.revision = max(sp.revision, st.Revision) // the database's floor (see persist)
 	if int64(len(st.Entries)) > s.opts.Bounds.MaxEntriesPerNamespace {
 		return fmt.Errorf("settings namespace %s holds %d entries, over max_entries_per_namespace", ns, len(st.Entries))
 	}
