@@ -14,4 +14,10 @@
 // The engine knows no network. Transports (the NATS server, tests, benchmarks) call it with the caller's
 // policy.Principal; the engine enforces the namespace policy, so every transport enforces the same rules.
 // Errors are *wire.Error values carrying SPEC codes: match them with errors.Is(err, wire.ErrConflict).
+//
+// Entries returned by Get, List, Put and Watch, and the entries of watch messages, share their
+// documents with the store's memory (no copy per read): treat every wire.Entry.Document the store hands
+// out as read-only, and copy it before changing it. A context that ends while a write is queued returns
+// its error, and the write may still commit, as with a reply lost on a network; a context that has
+// already ended queues nothing.
 package store
