@@ -161,3 +161,57 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 }
+
+// When the database refuses a commit that also wrote a settings-backed namespace, the settings file,
+// already rewritten, is put back: file, memory and database agree on the last acknowledged write.
+func TestDiskFullPutsTheSettingsFileBack(t *testing.T) {
+	dir := mountTmpfs(t, "4m")
+	const ns = "user/alice"
+	cfg := filepath.Join(t.TempDir(), "stated.toml") // on a disk with room: only the database's is full
+	opts := DefaultOptions()
+	opts.Settings = map[string]SettingsBackend{ns: TOMLSettings(cfg, ns)}
+	s := openAt(t, filepath.Join(dir, "state-store.db"), opts)
+	ctx := ctxT(t)
+	put := func(i int) (wire.Entry, error) {
+		return s.Put(ctx, alice, wire.PutRequest{Namespace: ns, Key: fmt.Sprintf("prefs/%04d", i),
+			Schema: "keeppeek.preference.v1", Document: []byte(`{"kind":"ui"}`)})
+	}
+	if _, err := put(0); err != nil {
+		t.Fatal(err)
+	}
+	last := uint64(1)
+	if err := fillFile(t, filepath.Join(dir, "filler")); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the tmpfs: %v, want ENOSPC", err)
+	}
+	// Each write appends an audit record to the database, which soon needs a page it cannot have.
+	failed := -1
+	for i := 1; i < 1000; i++ {
+		e, err := put(i)
+		if err != nil {
+			if !errors.Is(err, wire.ErrStorage) {
+				t.Fatalf("settings put %d on a full database disk: %v, want STORAGE", i, err)
+			}
+			failed = i
+			break
+		}
+		last = e.Revision
+	}
+	if failed < 0 {
+		t.Fatal("1,000 settings writes on a full database disk all succeeded")
+	}
+	state, err := TOMLSettings(cfg, ns).Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state.Revision != last || len(state.Entries) != int(last) {
+		t.Fatalf("settings file after the failed commit: revision %d with %d entries, want %d and %d", state.Revision, len(state.Entries), last, last)
+	}
+	for _, e := range state.Entries {
+		if e.Key == fmt.Sprintf("prefs/%04d", failed) {
+			t.Fatalf("the failed write %s is in the settings file", e.Key)
+		}
+	}
+	if r := nsRevision(t, s, ns); r != last {
+		t.Fatalf("namespace revision %d after the failed commit, want %d", r, last)
+	}
+}
