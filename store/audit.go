@@ -46,15 +46,6 @@ type auditCheckpoint struct {
 	Hash string `json:"hash"`
 }
 
-// documentDigest is the hex SHA-256 of a compact document, "" for none.
-func documentDigest(doc []byte) string {
-	if doc == nil {
-		return ""
-	}
-	sum := sha256.Sum256(doc)
-	return hex.EncodeToString(sum[:])
-}
-
 // AuditReport is the result of VerifyAudit.
 type AuditReport struct {
 	// Records is the number of kept records checked.

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -129,4 +131,10 @@ func TestAuditVerifyFindsTampering(t *testing.T) {
 			}
 		})
 	}
+}
+
+// documentDigest is the hex SHA-256 of a compact document, as an audit record carries it.
+func documentDigest(doc []byte) string {
+	sum := sha256.Sum256(doc)
+	return hex.EncodeToString(sum[:])
 }

@@ -2,12 +2,14 @@ package schema
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"embed"
 	"fmt"
 	"io/fs"
 	"path"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -69,11 +71,12 @@ type entry struct {
 	kinds  []wire.NamespaceKind
 }
 
-// Registry holds the compiled registered schemas. It is immutable after New and safe for concurrent
-// use.
+// Registry holds the compiled registered schemas. Its schemas are immutable after New; it is safe for
+// concurrent use.
 type Registry struct {
 	entries map[string]entry
 	ids     []string
+	passed  passedSet
 }
 
 // New compiles every embedded schema (schemas/<id>.json) and returns the registry. It fails when a
@@ -149,6 +152,14 @@ func (r *Registry) Registered(id string) bool {
 // message); and the content guard (Guard) must accept it. Every failure is a *wire.Error with code
 // wire.CodeSchemaInvalid whose message names the property or path at fault.
 func (r *Registry) Validate(id, namespace string, document []byte) error {
+	return r.ValidateSum(id, namespace, document, sha256.Sum256(document))
+}
+
+// ValidateSum is Validate for a caller that already has the document's SHA-256, sum. A document that
+// passed its schema and the guard once passes again without being decoded: both depend on nothing but
+// the schema id and the document's bytes, so the registry remembers the SHA-256 of the latest few
+// thousand that passed. The namespace check runs every time.
+func (r *Registry) ValidateSum(id, namespace string, document []byte, sum [sha256.Size]byte) error {
 	e, ok := r.entries[id]
 	if !ok {
 		return wire.Errorf(wire.CodeSchemaInvalid, "unregistered schema %q", truncate(id, maxTokenBytes))
@@ -161,6 +172,10 @@ func (r *Registry) Validate(id, namespace string, document []byte) error {
 	if !slices.Contains(e.kinds, kind) {
 		return wire.Errorf(wire.CodeSchemaInvalid, "schema %s may not be used in namespace %q: allowed only in %s",
 			id, namespace, kindList(e.kinds))
+	}
+	key := passedKey{id: id, sum: sum}
+	if r.passed.has(key) {
+		return nil
 	}
 	v, err := decode(document)
 	if err != nil {
@@ -178,7 +193,63 @@ func (r *Registry) Validate(id, namespace string, document []byte) error {
 			return err
 		}
 	}
-	return guardValue(obj, nil)
+	if err := guardValue(obj, nil); err != nil {
+		return err
+	}
+	r.passed.add(key)
+	return nil
+}
+
+// passedKey names a document that passed a schema: the schema id and the document's SHA-256.
+type passedKey struct {
+	id  string
+	sum [sha256.Size]byte
+}
+
+// passedGeneration bounds the set: it keeps between one and two generations of this many documents
+// (about 100 KB at most), the older dropped whole when the newer fills.
+const passedGeneration = 2048
+
+// passedSet remembers documents that passed, in two generations: a hit in the older one moves to the
+// newer, so documents written again and again stay while the rest age out.
+type passedSet struct {
+	mu       sync.Mutex
+	cur, old map[passedKey]struct{}
+}
+
+func (p *passedSet) has(k passedKey) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.cur[k]; ok {
+		return true
+	}
+	if _, ok := p.old[k]; ok {
+		p.addLocked(k)
+		return true
+	}
+	return false
+}
+
+func (p *passedSet) add(k passedKey) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.addLocked(k)
+}
+
+func (p *passedSet) addLocked(k passedKey) {
+	if len(p.cur) >= passedGeneration {
+		p.old, p.cur = p.cur, nil
+	}
+	if p.cur == nil {
+		p.cur = make(map[passedKey]struct{}, 64)
+	}
+	p.cur[k] = struct{}{}
+}
+
+func (p *passedSet) len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.cur) + len(p.old)
 }
 
 // kindList renders namespace kinds for a message: "service/<id> or user/<id>".

@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -558,5 +559,45 @@ func TestConcurrentValidate(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// A document that passed is not decoded again, but the answer never changes: the namespace check runs
+// each time, a document is remembered per schema, and a document that failed is never remembered.
+func TestPassedDocumentsAreRemembered(t *testing.T) {
+	r, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := examples()
+	lease := mustJSON(t, ex[LeaseV1].doc)
+	for range 2 {
+		wantValid(t, r.Validate(LeaseV1, "service/x", lease))
+	}
+	if r.passed.len() != 1 {
+		t.Fatalf("%d documents remembered after one passed twice", r.passed.len())
+	}
+	// Remembered, yet still refused where the schema may not be used, and under another schema.
+	wantInvalid(t, r.Validate(LeaseV1, "user/alice", lease), "may not be used")
+	wantInvalid(t, r.Validate(PreferenceV1, "user/alice", lease), PreferenceV1)
+	bad := mustJSON(t, with(ex[LeaseV1].doc, map[string]any{"claimed_at_ms": "soon"}))
+	for range 2 {
+		wantInvalid(t, r.Validate(LeaseV1, "service/x", bad), "/claimed_at_ms")
+	}
+	if r.passed.len() != 1 {
+		t.Fatalf("%d documents remembered: a failed one was kept", r.passed.len())
+	}
+	// Bounded: two generations at most, and a document validated again and again stays.
+	for i := range 3 * passedGeneration {
+		wantValid(t, r.Validate(LeaseV1, "service/x", mustJSON(t, with(ex[LeaseV1].doc, map[string]any{"claimed_at_ms": i + 1}))))
+		if i%500 == 0 {
+			wantValid(t, r.Validate(LeaseV1, "service/x", lease))
+		}
+	}
+	if n := r.passed.len(); n > 2*passedGeneration {
+		t.Fatalf("%d documents remembered, over two generations of %d", n, passedGeneration)
+	}
+	if !r.passed.has(passedKey{id: LeaseV1, sum: sha256.Sum256(lease)}) {
+		t.Fatal("a document validated again and again aged out")
 	}
 }
