@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,12 @@ type Client struct {
 	timeout   time.Duration
 	log       *slog.Logger
 	lastID    atomic.Int64
+
+	watchMu sync.Mutex
+	// watchReqs holds, per watch id with a watch request in flight or cut short and not yet answered,
+	// the request id of the latest: a cut-short request's registration is reaped only if no later
+	// request for the same id was sent (its unwatch could remove the later one's registration).
+	watchReqs map[string]int64
 }
 
 // Connect dials NATS for principal the way the state server's permissions require: inbox prefix
@@ -264,6 +271,36 @@ func (c *Client) Ack(ctx context.Context, watchID string, seq uint64) error {
 		return protocolError(wire.OpAck, "acknowledges %q up to %d, sent %q up to %d", res.WatchID, *res.AppliedSequence, watchID, seq)
 	}
 	return nil
+}
+
+// startWatchRequest records request id as the latest watch request for watchID.
+func (c *Client) startWatchRequest(watchID string, id int64) {
+	c.watchMu.Lock()
+	defer c.watchMu.Unlock()
+	if c.watchReqs == nil {
+		c.watchReqs = map[string]int64{}
+	}
+	c.watchReqs[watchID] = id
+}
+
+// endWatchRequest forgets request id of watchID; it reports whether it was still the latest.
+func (c *Client) endWatchRequest(watchID string, id int64) bool {
+	c.watchMu.Lock()
+	defer c.watchMu.Unlock()
+	if c.watchReqs[watchID] != id {
+		return false
+	}
+	delete(c.watchReqs, watchID)
+	return true
+}
+
+// reap unwatches a watch that a request cut short registered after its caller had given up on it.
+func (c *Client) reap(watchID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	if err := c.Unwatch(ctx, watchID); err != nil && !errors.Is(err, wire.ErrNotFound) && !errors.Is(err, nats.ErrConnectionClosed) {
+		c.log.Warn("could not unwatch a watch registered after its request was given up", "watch_id", watchID, "err", err)
+	}
 }
 
 // Unwatch removes a live watch of this principal; the server sends no close for it. An unknown (or

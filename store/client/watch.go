@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -32,8 +33,9 @@ type Watch struct {
 	ended bool
 	err   error
 
-	stopOnce sync.Once
-	stopErr  error
+	stopMu sync.Mutex
+	local  bool // Messages closed and the subscription gone
+	gone   bool // the server no longer has the watch (unwatched, or already closed)
 }
 
 // Watch subscribes to the watch's delivery subject, then sends the watch request, so that no update
@@ -61,11 +63,46 @@ func (c *Client) Watch(ctx context.Context, req wire.WatchRequest) (*Watch, erro
 }
 
 // watchRequest sends the watch request and checks the reply names the watch asked for.
+//
+// A watch request whose ctx ends before its reply may still register the watch on the server, which
+// would then hold the id and one of the principal's watch slots until it closed the watch itself.
+// So the request runs on, in the background, until its reply comes (or the later of ctx's deadline
+// and the client's request timeout passes); a watch its reply says was registered is then unwatched.
+// An unwatch sent at once instead could reach the server before the watch it means.
 func (c *Client) watchRequest(ctx context.Context, req wire.WatchRequest) (*wire.WatchState, error) {
 	req.RequestID = c.nextID()
-	res, err := c.call(ctx, wire.OpWatch, req.RequestID, &req)
-	if err != nil {
-		return nil, err
+	deadline := time.Now().Add(c.timeout)
+	if d, ok := ctx.Deadline(); ok && d.After(deadline) {
+		deadline = d
+	}
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	type answer struct {
+		res wire.Result
+		err error
+	}
+	done := make(chan answer, 1)
+	c.startWatchRequest(req.WatchID, req.RequestID)
+	go func() {
+		defer cancel()
+		res, err := c.call(rctx, wire.OpWatch, req.RequestID, &req)
+		done <- answer{res, err}
+	}()
+	var res wire.Result
+	select {
+	case a := <-done:
+		c.endWatchRequest(req.WatchID, req.RequestID)
+		if a.err != nil {
+			return nil, a.err
+		}
+		res = a.res
+	case <-ctx.Done():
+		go func() {
+			a := <-done
+			if c.endWatchRequest(req.WatchID, req.RequestID) && a.err == nil {
+				c.reap(req.WatchID)
+			}
+		}()
+		return nil, fmt.Errorf("store/client: %s request on %s: %w", wire.OpWatch, c.requestSubject(wire.OpWatch), ctx.Err())
 	}
 	if res.Watch == nil {
 		return nil, protocolError(wire.OpWatch, "no watch")
@@ -174,18 +211,25 @@ func (w *Watch) Err() error {
 func (w *Watch) Ack(ctx context.Context, seq uint64) error { return w.c.Ack(ctx, w.id, seq) }
 
 // Stop unwatches, unsubscribes and closes Messages. A watch the server already closed (NOT_FOUND
-// from unwatch) is not an error. Later calls return the first call's result.
+// from unwatch) is not an error. Messages is closed and the subscription ended by the first call,
+// whatever happens; if the unwatch failed (ctx ended, no answer), the server may still hold the watch
+// and Stop returns the error: call it again to retry. Once an unwatch succeeded, Stop returns nil.
 func (w *Watch) Stop(ctx context.Context) error {
-	w.stopOnce.Do(func() {
-		err := w.c.Unwatch(ctx, w.id)
-		if errors.Is(err, wire.ErrNotFound) {
-			err = nil
+	w.stopMu.Lock()
+	defer w.stopMu.Unlock()
+	var err error
+	if !w.gone {
+		err = w.c.Unwatch(ctx, w.id)
+		if err == nil || errors.Is(err, wire.ErrNotFound) || errors.Is(err, nats.ErrConnectionClosed) {
+			err, w.gone = nil, true // with the connection gone, nothing more can be done from here
 		}
+	}
+	if !w.local {
+		w.local = true
 		w.end(nil)
 		if uerr := w.sub.Unsubscribe(); uerr != nil && !errors.Is(uerr, nats.ErrConnectionClosed) && !errors.Is(uerr, nats.ErrBadSubscription) {
 			err = errors.Join(err, fmt.Errorf("store/client: unsubscribe watch %s: %w", w.id, uerr))
 		}
-		w.stopErr = err
-	})
-	return w.stopErr
+	}
+	return err
 }
