@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
@@ -47,12 +48,131 @@ func checkBoltFile(path string) error {
 	if need := int64(best.pgid) * int64(best.pageSize); fi.Size() < need {
 		return fmt.Errorf("database file is truncated: %d bytes, its pages need %d", fi.Size(), need)
 	}
+	w := pageWalker{f: f, pageSize: int64(best.pageSize), hwm: best.pgid, seen: map[uint64]bool{}}
+	if err := w.walk(best.root, 0); err != nil {
+		return fmt.Errorf("database is corrupt: %w", err)
+	}
+	return nil
+}
+
+// pageWalker reads every page reachable from the root bucket, from the file (not mapped into memory),
+// and checks what bbolt takes on trust: each page says it is the page it was reached as, lies below
+// the high water mark and is reached once; each element lies inside its page; keys ascend. bbolt,
+// opened for writing, walks the same pages on a goroutine of its own to rebuild its free list (never
+// synced here), where a damaged page panics or faults beyond any recover and the process dies; this
+// walk finds such damage first and the store opens unavailable instead.
+type pageWalker struct {
+	f        *os.File
+	pageSize int64
+	hwm      uint64
+	seen     map[uint64]bool
+}
+
+// bbolt's page layout: a 16-byte header (id, flags, count, overflow), then count 16-byte elements.
+const (
+	boltPageHeader = 16
+	boltElement    = 16
+	boltBranch     = 0x01
+	boltLeaf       = 0x02
+	boltBucketLeaf = 0x01 // a leaf element that is a nested bucket
+	boltBucketHead = 16   // a bucket value: root page id, sequence; an inline page follows when root is 0
+	boltMaxDepth   = 64
+)
+
+// walk checks the page id and the pages below it; depth counts the levels above.
+func (w *pageWalker) walk(id uint64, depth int) error {
+	if depth > boltMaxDepth {
+		return fmt.Errorf("page %d: nested %d levels deep", id, depth)
+	}
+	if id < 2 || id >= w.hwm {
+		return fmt.Errorf("page %d: out of bounds (high water mark %d)", id, w.hwm)
+	}
+	head := make([]byte, boltPageHeader)
+	if _, err := w.f.ReadAt(head, int64(id)*w.pageSize); err != nil {
+		return fmt.Errorf("page %d: %v", id, err)
+	}
+	if got := binary.LittleEndian.Uint64(head); got != id {
+		return fmt.Errorf("page %d: its header says page %d", id, got)
+	}
+	overflow := uint64(binary.LittleEndian.Uint32(head[12:16]))
+	if id+overflow >= w.hwm {
+		return fmt.Errorf("page %d: %d overflow pages pass the high water mark %d", id, overflow, w.hwm)
+	}
+	for i := id; i <= id+overflow; i++ {
+		if w.seen[i] {
+			return fmt.Errorf("page %d: reached twice", i)
+		}
+		w.seen[i] = true
+	}
+	p := make([]byte, int64(overflow+1)*w.pageSize)
+	if _, err := w.f.ReadAt(p, int64(id)*w.pageSize); err != nil {
+		return fmt.Errorf("page %d: %v", id, err)
+	}
+	return w.elements(fmt.Sprintf("page %d", id), p, depth)
+}
+
+// elements checks the elements of a page (or an inline bucket's page) p and walks what they point to.
+func (w *pageWalker) elements(name string, p []byte, depth int) error {
+	if len(p) < boltPageHeader {
+		return fmt.Errorf("%s: %d bytes, shorter than a page header", name, len(p))
+	}
+	flags := binary.LittleEndian.Uint16(p[8:10])
+	count := int(binary.LittleEndian.Uint16(p[10:12]))
+	if flags != boltBranch && flags != boltLeaf {
+		return fmt.Errorf("%s: neither a branch nor a leaf (flags %#x)", name, flags)
+	}
+	if boltPageHeader+count*boltElement > len(p) {
+		return fmt.Errorf("%s: %d elements do not fit", name, count)
+	}
+	var prev []byte
+	for i := range count {
+		at := boltPageHeader + i*boltElement
+		e := p[at : at+boltElement]
+		var pos, ksize, vsize uint64
+		if flags == boltBranch {
+			pos, ksize = uint64(binary.LittleEndian.Uint32(e[0:4])), uint64(binary.LittleEndian.Uint32(e[4:8]))
+		} else {
+			pos, ksize, vsize = uint64(binary.LittleEndian.Uint32(e[4:8])), uint64(binary.LittleEndian.Uint32(e[8:12])), uint64(binary.LittleEndian.Uint32(e[12:16]))
+		}
+		start := uint64(at) + pos
+		if start+ksize+vsize > uint64(len(p)) {
+			return fmt.Errorf("%s: element %d lies outside the page", name, i)
+		}
+		key := p[start : start+ksize]
+		if i > 0 && bytes.Compare(prev, key) >= 0 {
+			return fmt.Errorf("%s: keys out of order at element %d", name, i)
+		}
+		prev = key
+		if flags == boltBranch {
+			if err := w.walk(binary.LittleEndian.Uint64(e[8:16]), depth+1); err != nil {
+				return err
+			}
+			continue
+		}
+		if binary.LittleEndian.Uint32(e[0:4])&boltBucketLeaf == 0 {
+			continue
+		}
+		v := p[start+ksize : start+ksize+vsize]
+		if len(v) < boltBucketHead {
+			return fmt.Errorf("%s: bucket %q has a %d-byte header", name, key, len(v))
+		}
+		var err error
+		if root := binary.LittleEndian.Uint64(v[0:8]); root != 0 {
+			err = w.walk(root, depth+1)
+		} else {
+			err = w.elements(fmt.Sprintf("%s: inline bucket %q", name, key), v[boltBucketHead:], depth+1)
+		}
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 type boltFileMeta struct {
 	pageSize uint32
-	pgid     uint64
+	root     uint64 // the root bucket's page
+	pgid     uint64 // the high water mark: pages in use are below it
 	txid     uint64
 }
 
@@ -67,6 +187,6 @@ func parseBoltMeta(b []byte) (boltFileMeta, bool) {
 	if h.Sum64() != binary.LittleEndian.Uint64(b[72:80]) {
 		return boltFileMeta{}, false
 	}
-	return boltFileMeta{pageSize: binary.LittleEndian.Uint32(b[24:28]), pgid: binary.LittleEndian.Uint64(b[56:64]),
-		txid: binary.LittleEndian.Uint64(b[64:72])}, true
+	return boltFileMeta{pageSize: binary.LittleEndian.Uint32(b[24:28]), root: binary.LittleEndian.Uint64(b[32:40]),
+		pgid: binary.LittleEndian.Uint64(b[56:64]), txid: binary.LittleEndian.Uint64(b[64:72])}, true
 }

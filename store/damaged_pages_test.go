@@ -1,0 +1,124 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+const damagedChildEnv = "STORE_DAMAGED_PAGES_CHILD"
+
+// TestDamagedPagesChild is the child of TestDamagedPagesNeverKillTheProcess: it opens the database
+// named in its environment, reads, verifies the audit chain and writes, and prints "served" or
+// "unavailable: <reason>". A process that dies instead fails its parent.
+func TestDamagedPagesChild(t *testing.T) {
+	path := os.Getenv(damagedChildEnv)
+	if path == "" {
+		return
+	}
+	s, err := Open(path, DefaultOptions())
+	switch {
+	case err != nil:
+		fmt.Printf("error: %v\n", err)
+	case s.Unavailable() != nil:
+		fmt.Printf("unavailable: %v\n", s.Unavailable())
+	default:
+		ctx := context.Background()
+		_, _ = s.List(ctx, admin, wire.ListRequest{Namespace: "service/tx"})
+		_, _ = s.VerifyAudit()
+		_, _ = s.Put(ctx, admin, putLease("service/tx", "leases/after"))
+		fmt.Println("served")
+	}
+	if s != nil {
+		_ = s.Close()
+	}
+	os.Exit(0)
+}
+
+// Damaged page headers and elements (wrong page ids, counts, offsets, flags) open the store
+// unavailable or are served; the process never dies. bbolt, opened for writing, rebuilds its free list
+// on a goroutine of its own, where such damage used to panic or fault beyond any recover; each damaged
+// file is opened in a child process, which must exit normally.
+func TestDamagedPagesNeverKillTheProcess(t *testing.T) {
+	path := corruptFixture(t)
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pageSize, _, pgid := boltMeta(t, path)
+	r := mrand.New(mrand.NewPCG(1, 7))
+	dir := t.TempDir()
+	counts := map[string]int{}
+	for i := range 60 {
+		b := bytes.Clone(orig)
+		// A bit flipped in a page's header or first elements, past the two meta pages.
+		off := (2+r.IntN(int(pgid)-2))*int(pageSize) + r.IntN(160)
+		b[off] ^= byte(1 << r.IntN(8))
+		p := filepath.Join(dir, fmt.Sprintf("damaged-%d.db", i))
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestDamagedPagesChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), damagedChildEnv+"="+p)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		cancel()
+		out := strings.TrimSpace(stdout.String())
+		switch {
+		case err != nil:
+			t.Fatalf("flip at byte %d: the process died: %v\n%.3000s", off, err, stderr.String())
+		case out == "served":
+			counts["served"]++
+		case strings.HasPrefix(out, "unavailable: "):
+			counts["unavailable"]++
+		default:
+			t.Fatalf("flip at byte %d: %q", off, out)
+		}
+	}
+	if counts["unavailable"] == 0 {
+		t.Fatalf("no damaged page was found: %v", counts)
+	}
+	t.Logf("60 damaged files: %v", counts)
+}
+
+// The page walk names the damage: a page whose header says it is another page.
+func TestPageHeaderNamingAnotherPage(t *testing.T) {
+	path := corruptFixture(t)
+	var root uint64
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.View(func(tx *bolt.Tx) error { root = uint64(tx.Bucket(bucketEntries).Root()); return nil })
+	_ = db.Close()
+	pageSize, _, _ := boltMeta(t, path)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint64(b[root*pageSize:], root+1)
+	writeBytes(t, path, b)
+	s, err := Open(path, DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	want := fmt.Sprintf("page %d: its header says page %d", root, root+1)
+	if s.Unavailable() == nil || !strings.Contains(s.Unavailable().Error(), want) {
+		t.Fatalf("unavailable reason %v, want it to contain %q", s.Unavailable(), want)
+	}
+}
