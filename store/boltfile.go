@@ -49,7 +49,7 @@ func checkBoltFile(path string) error {
 		return fmt.Errorf("database file is truncated: %d bytes, its pages need %d", fi.Size(), need)
 	}
 	w := pageWalker{f: f, pageSize: int64(best.pageSize), hwm: best.pgid, seen: map[uint64]bool{}}
-	if err := w.walk(best.root, 0); err != nil {
+	if _, err := w.walk(best.root, nil, nil, 0); err != nil {
 		return fmt.Errorf("database is corrupt: %w", err)
 	}
 	return nil
@@ -79,94 +79,116 @@ const (
 	boltMaxDepth   = 64
 )
 
-// walk checks the page id and the pages below it; depth counts the levels above.
-func (w *pageWalker) walk(id uint64, depth int) error {
+// walk checks page id and the pages below it: their keys must lie in [minKey, maxKey) (nil: open), as
+// bbolt's own check has it; depth counts the levels above. It returns the subtree's largest key.
+func (w *pageWalker) walk(id uint64, minKey, maxKey []byte, depth int) ([]byte, error) {
 	if depth > boltMaxDepth {
-		return fmt.Errorf("page %d: nested %d levels deep", id, depth)
+		return nil, fmt.Errorf("page %d: nested %d levels deep", id, depth)
 	}
 	if id < 2 || id >= w.hwm {
-		return fmt.Errorf("page %d: out of bounds (high water mark %d)", id, w.hwm)
+		return nil, fmt.Errorf("page %d: out of bounds (high water mark %d)", id, w.hwm)
 	}
 	head := make([]byte, boltPageHeader)
 	if _, err := w.f.ReadAt(head, int64(id)*w.pageSize); err != nil {
-		return fmt.Errorf("page %d: %v", id, err)
+		return nil, fmt.Errorf("page %d: %v", id, err)
 	}
 	if got := binary.LittleEndian.Uint64(head); got != id {
-		return fmt.Errorf("page %d: its header says page %d", id, got)
+		return nil, fmt.Errorf("page %d: its header says page %d", id, got)
 	}
 	overflow := uint64(binary.LittleEndian.Uint32(head[12:16]))
 	if id+overflow >= w.hwm {
-		return fmt.Errorf("page %d: %d overflow pages pass the high water mark %d", id, overflow, w.hwm)
+		return nil, fmt.Errorf("page %d: %d overflow pages pass the high water mark %d", id, overflow, w.hwm)
 	}
 	for i := id; i <= id+overflow; i++ {
 		if w.seen[i] {
-			return fmt.Errorf("page %d: reached twice", i)
+			return nil, fmt.Errorf("page %d: reached twice", i)
 		}
 		w.seen[i] = true
 	}
 	p := make([]byte, int64(overflow+1)*w.pageSize)
 	if _, err := w.f.ReadAt(p, int64(id)*w.pageSize); err != nil {
-		return fmt.Errorf("page %d: %v", id, err)
+		return nil, fmt.Errorf("page %d: %v", id, err)
 	}
-	return w.elements(fmt.Sprintf("page %d", id), p, depth)
+	return w.elements(fmt.Sprintf("page %d", id), p, minKey, maxKey, depth)
 }
 
 // elements checks the elements of a page (or an inline bucket's page) p and walks what they point to.
-func (w *pageWalker) elements(name string, p []byte, depth int) error {
+func (w *pageWalker) elements(name string, p []byte, minKey, maxKey []byte, depth int) ([]byte, error) {
 	if len(p) < boltPageHeader {
-		return fmt.Errorf("%s: %d bytes, shorter than a page header", name, len(p))
+		return nil, fmt.Errorf("%s: %d bytes, shorter than a page header", name, len(p))
 	}
 	flags := binary.LittleEndian.Uint16(p[8:10])
 	count := int(binary.LittleEndian.Uint16(p[10:12]))
 	if flags != boltBranch && flags != boltLeaf {
-		return fmt.Errorf("%s: neither a branch nor a leaf (flags %#x)", name, flags)
+		return nil, fmt.Errorf("%s: neither a branch nor a leaf (flags %#x)", name, flags)
 	}
 	if boltPageHeader+count*boltElement > len(p) {
-		return fmt.Errorf("%s: %d elements do not fit", name, count)
+		return nil, fmt.Errorf("%s: %d elements do not fit", name, count)
 	}
-	var prev []byte
-	for i := range count {
+	type element struct {
+		key, value []byte
+		flags      uint32
+		child      uint64
+	}
+	elems := make([]element, count)
+	for i := range elems {
 		at := boltPageHeader + i*boltElement
 		e := p[at : at+boltElement]
 		var pos, ksize, vsize uint64
 		if flags == boltBranch {
 			pos, ksize = uint64(binary.LittleEndian.Uint32(e[0:4])), uint64(binary.LittleEndian.Uint32(e[4:8]))
+			elems[i].child = binary.LittleEndian.Uint64(e[8:16])
 		} else {
+			elems[i].flags = binary.LittleEndian.Uint32(e[0:4])
 			pos, ksize, vsize = uint64(binary.LittleEndian.Uint32(e[4:8])), uint64(binary.LittleEndian.Uint32(e[8:12])), uint64(binary.LittleEndian.Uint32(e[12:16]))
 		}
 		start := uint64(at) + pos
 		if start+ksize+vsize > uint64(len(p)) {
-			return fmt.Errorf("%s: element %d lies outside the page", name, i)
+			return nil, fmt.Errorf("%s: element %d lies outside the page", name, i)
 		}
-		key := p[start : start+ksize]
-		if i > 0 && bytes.Compare(prev, key) >= 0 {
-			return fmt.Errorf("%s: keys out of order at element %d", name, i)
+		elems[i].key, elems[i].value = p[start:start+ksize], p[start+ksize:start+ksize+vsize]
+	}
+	last := minKey
+	for i, e := range elems {
+		switch {
+		case i == 0 && last != nil && bytes.Compare(last, e.key) > 0:
+			return nil, fmt.Errorf("%s: its first key is below its parent's", name)
+		case i > 0 && bytes.Compare(last, e.key) >= 0:
+			return nil, fmt.Errorf("%s: keys out of order at element %d", name, i)
+		case maxKey != nil && bytes.Compare(e.key, maxKey) >= 0:
+			return nil, fmt.Errorf("%s: key %d is not below the next key of its parent", name, i)
 		}
-		prev = key
 		if flags == boltBranch {
-			if err := w.walk(binary.LittleEndian.Uint64(e[8:16]), depth+1); err != nil {
-				return err
+			upper := maxKey
+			if i+1 < len(elems) {
+				upper = elems[i+1].key
 			}
+			sub, err := w.walk(e.child, e.key, upper, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			last = sub
 			continue
 		}
-		if binary.LittleEndian.Uint32(e[0:4])&boltBucketLeaf == 0 {
+		last = e.key
+		if e.flags&boltBucketLeaf == 0 {
 			continue
 		}
-		v := p[start+ksize : start+ksize+vsize]
-		if len(v) < boltBucketHead {
-			return fmt.Errorf("%s: bucket %q has a %d-byte header", name, key, len(v))
+		// A nested bucket: a tree of its own, its keys ordered among themselves.
+		if len(e.value) < boltBucketHead {
+			return nil, fmt.Errorf("%s: bucket %q has a %d-byte header", name, e.key, len(e.value))
 		}
 		var err error
-		if root := binary.LittleEndian.Uint64(v[0:8]); root != 0 {
-			err = w.walk(root, depth+1)
+		if root := binary.LittleEndian.Uint64(e.value[0:8]); root != 0 {
+			_, err = w.walk(root, nil, nil, depth+1)
 		} else {
-			err = w.elements(fmt.Sprintf("%s: inline bucket %q", name, key), v[boltBucketHead:], depth+1)
+			_, err = w.elements(fmt.Sprintf("%s: inline bucket %q", name, e.key), e.value[boltBucketHead:], nil, nil, depth+1)
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return last, nil
 }
 
 type boltFileMeta struct {
