@@ -321,3 +321,25 @@ func restoreRecovering(path string, backup []byte) (epoch string, err error) {
 	}()
 	return Restore(path, bytes.NewReader(backup), DefaultOptions())
 }
+
+// A damaged database is what a restore is for: Restore replaces a file bbolt cannot open, and the
+// store opens served from the backup.
+func TestRestoreOverADamagedDatabase(t *testing.T) {
+	s, path := openT(t, DefaultOptions())
+	mustPut(t, s, admin, putLease("service/tx", "leases/a"))
+	var backup bytes.Buffer
+	if _, err := s.Backup(ctxT(t), admin, &backup); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	writeBytes(t, path, bytes.Repeat([]byte("garbage!"), 4096))
+	if _, err := Restore(path, bytes.NewReader(backup.Bytes()), DefaultOptions()); err != nil {
+		t.Fatalf("Restore over a damaged database: %v", err)
+	}
+	s2 := openAt(t, path, DefaultOptions())
+	if _, err := s2.Get(ctxT(t), admin, wire.GetRequest{Namespace: "service/tx", Key: "leases/a"}); err != nil {
+		t.Fatalf("after the restore: %v", err)
+	}
+}

@@ -5,9 +5,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"time"
-
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/keeppeek/coordination/store/schema"
 )
@@ -23,14 +20,11 @@ func Restore(path string, r io.Reader, opts Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if _, err := os.Stat(path); err == nil {
-		// A running server holds the file lock; a read-only open would wait on it.
-		db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 500 * time.Millisecond})
-		if err != nil {
-			return "", fmt.Errorf("restore: %s is in use or unreadable (stop the server first): %w", path, err)
-		}
-		_ = db.Close()
+	unlock, err := lockForRestore(path)
+	if err != nil {
+		return "", fmt.Errorf("restore: %w", err)
 	}
+	defer unlock()
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, ".restore-*.db")
 	if err != nil {
