@@ -40,10 +40,14 @@ type auditHead struct {
 // record. The first kept record must carry Hash as its prev_hash. Retention rule: the store keeps the
 // newest Options.AuditRetention records; when the log grows auditPruneSlack past that, the oldest are
 // deleted in the same transaction as the commit that crossed the line, and the checkpoint moves to the
-// last deleted record. The chain from the checkpoint to the head stays verifiable.
+// last deleted record. The chain from the checkpoint to the head stays verifiable. The records pruned
+// are verified as they go: the first break found among them is kept in the checkpoint for good
+// (BrokenSeq, Problem), so VerifyAudit goes on reporting it, and pruning (and so every write) goes on.
 type auditCheckpoint struct {
-	Seq  uint64 `json:"seq"`
-	Hash string `json:"hash"`
+	Seq       uint64 `json:"seq"`
+	Hash      string `json:"hash"`
+	BrokenSeq uint64 `json:"broken_seq,omitempty"`
+	Problem   string `json:"problem,omitempty"`
 }
 
 // AuditReport is the result of VerifyAudit.

@@ -60,6 +60,63 @@ func TestAuditRetentionKeepsChainVerifiable(t *testing.T) {
 	}
 }
 
+// Pruning verifies the records it deletes: a break among them is kept in the checkpoint and reported
+// for good, and writes go on, whether the record was edited or no longer decodes.
+func TestAuditPruneKeepsABreak(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		damage []byte // nil: edit the principal
+		want   string
+	}{{"edited", nil, "does not match the record's content"}, {"undecodable", []byte("{"), "does not decode"}} {
+		t.Run(c.name, func(t *testing.T) {
+			opts := DefaultOptions()
+			opts.AuditRetention = 10
+			s, path := openT(t, opts)
+			for range 5 {
+				mustPut(t, s, admin, putLease("service/tx", "k"))
+			}
+			s.Close()
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Update(func(tx *bolt.Tx) error {
+				b := auditHolder(tx, 3)
+				v := c.damage
+				if v == nil {
+					var r auditRecord
+					if err := json.Unmarshal(b.Get(seqKey(3)), &r); err != nil {
+						return err
+					}
+					r.Principal = "mallory"
+					v, _ = json.Marshal(r)
+				}
+				return b.Put(seqKey(3), v)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			s2 := openAt(t, path, opts)
+			// Enough writes to prune record 3 and far past it.
+			for i := range 2 * (auditPruneSlack + 10) {
+				if _, err := s2.Put(ctxT(t), admin, putLease("service/tx", "k")); err != nil {
+					t.Fatalf("write %d after the damage: %v", i, err)
+				}
+			}
+			rep, err := s2.VerifyAudit()
+			if err != nil || rep.OK() || rep.BrokenSeq != 3 || rep.CheckpointSeq < 3 || !strings.Contains(rep.Problem, c.want) ||
+				!strings.Contains(rep.Problem, "pruned") {
+				t.Fatalf("after record 3 was pruned: %+v %v", rep, err)
+			}
+			s2.Close()
+			s3 := openAt(t, path, opts)
+			if rep3, _ := s3.VerifyAudit(); rep3.BrokenSeq != 3 {
+				t.Fatalf("after reopen: %+v", rep3)
+			}
+		})
+	}
+}
+
 // auditHolder is the bucket that holds audit record seq: the log or its tail.
 func auditHolder(tx *bolt.Tx, seq uint64) *bolt.Bucket {
 	if tail := tx.Bucket(bucketAuditTail); tail.Get(seqKey(seq)) != nil {

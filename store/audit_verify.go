@@ -20,19 +20,13 @@ func verifyChain(be backend) (AuditReport, error) {
 		}
 		if !started {
 			started = true
-			prev = auditHead(cp)
+			prev = auditHead{Seq: cp.Seq, Hash: cp.Hash}
 		}
 		if rec == nil {
 			return fail(prev.Seq+1, "record does not decode: %.80q", raw)
 		}
-		if rec.Seq != prev.Seq+1 {
-			return fail(prev.Seq+1, "sequence jumps from %d to %d", prev.Seq, rec.Seq)
-		}
-		if rec.PrevHash != prev.Hash {
-			return fail(rec.Seq, "prev_hash %s does not match the previous hash %s", rec.PrevHash, prev.Hash)
-		}
-		if h := rec.computeHash(); rec.Hash != h {
-			return fail(rec.Seq, "hash %s does not match the record's content (%s)", rec.Hash, h)
+		if problem := checkLink(prev, rec); problem != "" {
+			return fail(prev.Seq+1, "%s", problem)
 		}
 		prev = auditHead{Seq: rec.Seq, Hash: rec.Hash}
 		rep.Records++
@@ -42,11 +36,16 @@ func verifyChain(be backend) (AuditReport, error) {
 		return rep, err
 	}
 	rep.CheckpointSeq = cp.Seq
+	if cp.BrokenSeq != 0 {
+		// A break among records pruned since: the first one found stands.
+		rep.BrokenSeq, rep.Problem = cp.BrokenSeq, "in the pruned records: "+cp.Problem
+		return rep, nil
+	}
 	if !rep.OK() {
 		return rep, nil
 	}
 	if !started {
-		prev = auditHead(cp)
+		prev = auditHead{Seq: cp.Seq, Hash: cp.Hash}
 	}
 	if head != prev {
 		rep.BrokenSeq = prev.Seq + 1
@@ -58,3 +57,31 @@ func verifyChain(be backend) (AuditReport, error) {
 }
 
 var errStopScan = errors.New("stop scan")
+
+// checkLink reports what is wrong with rec as the record after prev, or "".
+func checkLink(prev auditHead, rec *auditRecord) string {
+	switch {
+	case rec.Seq != prev.Seq+1:
+		return fmt.Sprintf("sequence jumps from %d to %d", prev.Seq, rec.Seq)
+	case rec.PrevHash != prev.Hash:
+		return fmt.Sprintf("prev_hash %s does not match the previous hash %s", rec.PrevHash, prev.Hash)
+	}
+	if h := rec.computeHash(); rec.Hash != h {
+		return fmt.Sprintf("hash %s does not match the record's content (%s)", rec.Hash, h)
+	}
+	return ""
+}
+
+// verifyLink checks the stored record raw, kept under seq, as the record after prev; it returns the
+// chain's new end (the record's own seq and hash, or seq and "" when it does not decode) and what is
+// wrong, or "".
+func verifyLink(prev auditHead, seq uint64, raw []byte) (auditHead, string) {
+	var rec auditRecord
+	if err := strictJSON(raw, &rec); err != nil {
+		return auditHead{Seq: seq}, fmt.Sprintf("record does not decode: %v", err)
+	}
+	if rec.Seq != seq {
+		return auditHead{Seq: seq, Hash: rec.Hash}, fmt.Sprintf("the record kept under seq %d says seq %d", seq, rec.Seq)
+	}
+	return auditHead{Seq: rec.Seq, Hash: rec.Hash}, checkLink(prev, &rec)
+}

@@ -509,11 +509,12 @@ func (b *boltBackend) prune(meta, ab *bolt.Bucket, head uint64) error {
 	through := head - b.retention
 	c := ab.Cursor()
 	for k, v := c.First(); k != nil && binary.BigEndian.Uint64(k) <= through; k, v = c.First() {
-		var rec auditRecord
-		if err := json.Unmarshal(v, &rec); err != nil {
-			return fmt.Errorf("audit record %d: %w", binary.BigEndian.Uint64(k), err)
+		seq := binary.BigEndian.Uint64(k)
+		next, problem := verifyLink(auditHead{Seq: cp.Seq, Hash: cp.Hash}, seq, v)
+		if problem != "" && cp.BrokenSeq == 0 {
+			cp.BrokenSeq, cp.Problem = seq, problem
 		}
-		cp = auditCheckpoint{Seq: rec.Seq, Hash: rec.Hash}
+		cp.Seq, cp.Hash = next.Seq, next.Hash
 		if err := c.Delete(); err != nil {
 			return err
 		}
