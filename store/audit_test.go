@@ -76,26 +76,11 @@ func TestAuditPruneKeepsABreak(t *testing.T) {
 				mustPut(t, s, admin, putLease("service/tx", "k"))
 			}
 			s.Close()
-			db, err := bolt.Open(path, 0o600, nil)
-			if err != nil {
-				t.Fatal(err)
+			if c.damage == nil {
+				boltEditFile(t, path, editAuditRecord(3, func(r *auditRecord) { r.Principal = "mallory" }))
+			} else {
+				boltEditFile(t, path, func(tx *bolt.Tx) error { return auditHolder(tx, 3).Put(seqKey(3), c.damage) })
 			}
-			if err := db.Update(func(tx *bolt.Tx) error {
-				b := auditHolder(tx, 3)
-				v := c.damage
-				if v == nil {
-					var r auditRecord
-					if err := json.Unmarshal(b.Get(seqKey(3)), &r); err != nil {
-						return err
-					}
-					r.Principal = "mallory"
-					v, _ = json.Marshal(r)
-				}
-				return b.Put(seqKey(3), v)
-			}); err != nil {
-				t.Fatal(err)
-			}
-			db.Close()
 			s2 := openAt(t, path, opts)
 			// Enough writes to prune record 3 and far past it.
 			for i := range 2 * (auditPruneSlack + 10) {
@@ -117,6 +102,20 @@ func TestAuditPruneKeepsABreak(t *testing.T) {
 	}
 }
 
+// editAuditRecord changes audit record seq in place (a database edit for boltEditFile).
+func editAuditRecord(seq uint64, change func(r *auditRecord)) func(tx *bolt.Tx) error {
+	return func(tx *bolt.Tx) error {
+		b := auditHolder(tx, seq)
+		var r auditRecord
+		if err := json.Unmarshal(b.Get(seqKey(seq)), &r); err != nil {
+			return err
+		}
+		change(&r)
+		v, _ := json.Marshal(r)
+		return b.Put(seqKey(seq), v)
+	}
+}
+
 // auditHolder is the bucket that holds audit record seq: the log or its tail.
 func auditHolder(tx *bolt.Tx, seq uint64) *bolt.Bucket {
 	if tail := tx.Bucket(bucketAuditTail); tail.Get(seqKey(seq)) != nil {
@@ -126,18 +125,7 @@ func auditHolder(tx *bolt.Tx, seq uint64) *bolt.Bucket {
 }
 
 func TestAuditVerifyFindsTampering(t *testing.T) {
-	edit := func(seq uint64, change func(r *auditRecord)) func(tx *bolt.Tx) error {
-		return func(tx *bolt.Tx) error {
-			b := auditHolder(tx, seq)
-			var r auditRecord
-			if err := json.Unmarshal(b.Get(seqKey(seq)), &r); err != nil {
-				return err
-			}
-			change(&r)
-			v, _ := json.Marshal(r)
-			return b.Put(seqKey(seq), v)
-		}
-	}
+	edit := editAuditRecord
 	// Five puts of ~330-byte records: the tail keeps two inline and moves them with the third, so records
 	// 1 to 3 are in the log, 4 and 5 in its tail.
 	for _, c := range []struct {
