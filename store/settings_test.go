@@ -1,8 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,5 +125,41 @@ func TestSettingsSaveFailureIsStorage(t *testing.T) {
 	fs.fail = false
 	if e := mustPut(t, s, alice, wire.PutRequest{Namespace: ns, Key: "prefs2", Schema: "keeppeek.preference.v1", Document: pref}); e.Revision != 2 {
 		t.Fatalf("write after recovery at %d", e.Revision)
+	}
+}
+
+// A settings file ahead of the database's record (edited by hand, or a write cut short by a crash
+// between the file and the database) is served as the file says, with a warning that those changes
+// have no audit record.
+func TestSettingsFileAheadOfTheDatabaseIsReported(t *testing.T) {
+	const ns = "user/alice"
+	cfg := filepath.Join(t.TempDir(), "stated.toml")
+	opts := DefaultOptions()
+	opts.Settings = map[string]SettingsBackend{ns: TOMLSettings(cfg, ns)}
+	s, path := openT(t, opts)
+	mustPut(t, s, alice, wire.PutRequest{Namespace: ns, Key: "prefs", Schema: "keeppeek.preference.v1", Document: []byte(`{"kind":"ui"}`)})
+	s.Close()
+
+	st, err := TOMLSettings(cfg, ns).Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := st.Entries[0]
+	e.Key, e.Revision = "by-hand", 2
+	st.Entries, st.Revision = append(st.Entries, e), 2
+	if err := TOMLSettings(cfg, ns).Save(st); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	s2 := openAt(t, path, opts)
+	if !strings.Contains(logs.String(), "no audit record") || !strings.Contains(logs.String(), "file_revision=2 recorded_revision=1") {
+		t.Fatalf("no warning of the file ahead of the database; logs:\n%s", logs.String())
+	}
+	if r := nsRevision(t, s2, ns); r != 2 {
+		t.Fatalf("namespace revision %d, want the file's 2", r)
+	}
+	if _, err := s2.Get(ctxT(t), alice, wire.GetRequest{Namespace: ns, Key: "by-hand"}); err != nil {
+		t.Fatalf("the file's entry: %v", err)
 	}
 }

@@ -134,9 +134,14 @@ func (s *Store) loadSettings(ns string, sb SettingsBackend) error {
 	if err != nil {
 		return fmt.Errorf("settings namespace %s: %w", ns, err)
 	}
+	recorded := s.spaces[ns] != nil // the database has its revision (see persist)
 	sp := s.space(ns)
+	if recorded && st.Revision > sp.revision {
+		s.opts.Logger.Warn("a settings namespace's file is ahead of the database: changes made to the file outside the store, or a write cut short by a crash after the file was written, have no audit record",
+			"namespace", ns, "file_revision", st.Revision, "recorded_revision", sp.revision)
+	}
 	sp.settings = true
-	sp.revision = max(sp.revision, st.Revision) // the database's floor (see persist)
+	sp.revision = max(sp.revision, st.Revision) // the database's floor
 	if int64(len(st.Entries)) > s.opts.Bounds.MaxEntriesPerNamespace {
 		return fmt.Errorf("settings namespace %s holds %d entries, over max_entries_per_namespace", ns, len(st.Entries))
 	}
