@@ -406,7 +406,13 @@ func (s *Store) runBatch(muts []*mutation) error {
 		}
 		due = append(due, s.deadlines.pop())
 	}
-	s.expiring = len(due) > 0 // a watch snapshot waits for these expiries to apply
+	s.expiring = nil // a watch snapshot of these namespaces waits for their expiries to apply
+	for _, d := range due {
+		if s.expiring == nil {
+			s.expiring = map[string]bool{}
+		}
+		s.expiring[d.ns] = true
+	}
 	s.mu.Unlock()
 	for _, d := range due {
 		st.stageExpire(d)
@@ -425,7 +431,7 @@ func (s *Store) runBatch(muts []*mutation) error {
 			for _, d := range due {
 				s.deadlines.push(d) // they are still due; the next batch tries again
 			}
-			s.expiring = false
+			s.expiring = nil
 			s.commitFailed = true
 			// The committer goroutine's timer may be set for a deadline that is now past: have the
 			// next needsCommitter wake it, so it retries (and then waits commitRetryDelay per retry).
@@ -442,7 +448,7 @@ func (s *Store) runBatch(muts []*mutation) error {
 		s.apply(st)
 	} else if len(due) > 0 {
 		s.mu.Lock()
-		s.expiring = false
+		s.expiring = nil
 		s.commitFailed = false
 		s.mu.Unlock()
 	}
@@ -585,7 +591,7 @@ func (s *Store) settingsState(ns string, st *stage) SettingsState {
 func (s *Store) apply(st *stage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.expiring = false
+	s.expiring = nil
 	s.commitFailed = false
 	for _, op := range st.ops {
 		sp := s.space(op.ns)

@@ -82,6 +82,19 @@ func (h *deadlineHeap) Pop() any {
 
 func (h *deadlineHeap) push(d deadline) { heap.Push(h, d) }
 func (h *deadlineHeap) pop() deadline   { return heap.Pop(h).(deadline) }
+// dueIn reports whether a deadline of namespace ns is due at nowMs. It visits only the due deadlines
+// (and their children): below a deadline that is not due, none is.
+func (h deadlineHeap) dueIn(ns string, nowMs int64) bool {
+	var visit func(i int) bool
+	visit = func(i int) bool {
+		if i >= len(h) || h[i].atMs > nowMs {
+			return false
+		}
+		return h[i].ns == ns || visit(2*i+1) || visit(2*i+2)
+	}
+	return visit(0)
+}
+
 func (h deadlineHeap) peek() (deadline, bool) {
 	if len(h) == 0 {
 		return deadline{}, false

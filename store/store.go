@@ -31,7 +31,7 @@ type Store struct {
 	dbBytes        int64 // database-backed namespaces only (the persisted counter)
 	liveNamespaces int64 // namespaces holding at least one entry
 	deadlines      deadlineHeap
-	expiring       bool  // due leases popped from deadlines and not yet applied
+	expiring       map[string]bool // namespaces whose due leases were popped from deadlines and are not yet applied
 	armedAtMs      int64 // the deadline the committer goroutine's timer is set for
 	commitFailed   bool  // the last commit failed: the committer retries due expiries after commitRetryDelay
 	audit          auditHead

@@ -224,3 +224,25 @@ func TestTouchSystem(t *testing.T) {
 		t.Fatalf("PutSystem outside system: %v", err)
 	}
 }
+
+// A watch waits for the due leases of its own namespace only (SPEC section 6): a lease due in another
+// namespace is neither expired for it nor waited on (a watch does not fail with a commit it does not
+// need, as on a full disk); a watch of the lease's namespace expires it first.
+func TestWatchWaitsOnlyForItsNamespacesDueLeases(t *testing.T) {
+	opts, clk := withClock(DefaultOptions())
+	s, _ := openT(t, opts)
+	e := mustPut(t, s, admin, ttlPut("service/b", "leases/a", 60_000)) // the committer's own timer is a minute away
+	mustPut(t, s, admin, putLease("service/a", "k"))
+	clk.advance(61 * time.Second)
+	ws, _ := watchT(t, s, admin, "wa", "service/a", "")
+	if len(ws.Entries) != 1 || ws.SnapshotRevision != 1 {
+		t.Fatalf("watch of service/a: %+v", ws)
+	}
+	if r := nsRevision(t, s, "service/b"); r != e.Revision {
+		t.Fatalf("a watch of service/a expired service/b's lease (revision %d, was %d)", r, e.Revision)
+	}
+	wb, _ := watchT(t, s, admin, "wb", "service/b", "")
+	if len(wb.Entries) != 0 || wb.SnapshotRevision != e.Revision+1 {
+		t.Fatalf("watch of service/b: %d entries at revision %d, want its lease expired first (0 at %d)", len(wb.Entries), wb.SnapshotRevision, e.Revision+1)
+	}
+}

@@ -336,7 +336,9 @@ func (s *Store) tryWatch(p policy.Principal, req wire.WatchRequest, sink Sink, m
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	now := s.nowMs()
-	if d, ok := s.deadlines.peek(); mayWait && (s.expiring || (ok && d.atMs <= now)) {
+	// SPEC section 6: the namespace's due leases are expired before its snapshot (not others': a
+	// watch does not wait on, nor fail with, commits it does not need).
+	if mayWait && (s.expiring[req.Namespace] || s.deadlines.dueIn(req.Namespace, now)) {
 		return nil, true, nil
 	}
 	r := &s.watches
