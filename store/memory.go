@@ -82,6 +82,7 @@ func (h *deadlineHeap) Pop() any {
 
 func (h *deadlineHeap) push(d deadline) { heap.Push(h, d) }
 func (h *deadlineHeap) pop() deadline   { return heap.Pop(h).(deadline) }
+
 // dueIn reports whether a deadline of namespace ns is due at nowMs. It visits only the due deadlines
 // (and their children): below a deadline that is not due, none is.
 func (h deadlineHeap) dueIn(ns string, nowMs int64) bool {

@@ -32,8 +32,8 @@ type Store struct {
 	liveNamespaces int64 // namespaces holding at least one entry
 	deadlines      deadlineHeap
 	expiring       map[string]bool // namespaces whose due leases were popped from deadlines and are not yet applied
-	armedAtMs      int64 // the deadline the committer goroutine's timer is set for
-	commitFailed   bool  // the last commit failed: the committer retries due expiries after commitRetryDelay
+	armedAtMs      int64           // the deadline the committer goroutine's timer is set for
+	commitFailed   bool            // the last commit failed: the committer retries due expiries after commitRetryDelay
 	audit          auditHead
 
 	watches registry
