@@ -46,6 +46,11 @@ func ackEvery(maxPending int64) uint64 {
 // ErrCacheClosed is returned by WaitForRevision once the cache is closed.
 var ErrCacheClosed = errors.New("store/client: cache closed")
 
+// ErrEpochChanged is returned by WaitForRevision when the cache resyncs to a store of another epoch (a
+// restore) while it waits: the revision waited for belongs to the old epoch and is void (SPEC section
+// 4); the write it named may or may not be in the restored store.
+var ErrEpochChanged = errors.New("store/client: the store's epoch changed (a restore): revisions of the old epoch are void")
+
 // CacheOptions configure a Cache. Namespace is required; the rest is optional.
 type CacheOptions struct {
 	// Namespace is the watched namespace.
@@ -97,7 +102,8 @@ type Handlers struct {
 	OnExpire func(key string, rev uint64)
 	// OnResync is called with every snapshot the cache installs, the first one included, after it
 	// replaced the cached entries: snapshot is every entry (key order) at revision rev. Changes that
-	// fell between the previous state and the snapshot get no OnPut, OnDelete or OnExpire call.
+	// fell between the previous state and the snapshot get no OnPut, OnDelete or OnExpire call. After
+	// a restore, Epoch has changed and rev may be lower than any revision seen before.
 	OnResync func(snapshot []wire.Entry, rev uint64)
 }
 
@@ -122,7 +128,8 @@ type Cache struct {
 	mu      sync.RWMutex
 	entries map[string]wire.Entry
 	rev     uint64
-	changed chan struct{} // closed and replaced whenever rev changes
+	epoch   string        // the store's epoch (from info) when the installed snapshot was taken
+	changed chan struct{} // closed and replaced whenever rev or epoch changes
 
 	resyncs atomic.Uint64
 
@@ -236,16 +243,37 @@ func (k *Cache) Revision() uint64 {
 	return k.rev
 }
 
+// Epoch returns the store's epoch (SPEC section 4) that the cache's entries and Revision belong to,
+// as info reported it before the installed snapshot was taken ("" if info did not answer then). A
+// restore starts a new epoch: revisions of the old one are void, and the cache's Revision can go down.
+// Compare it across a write and a WaitForRevision to be sure both speak of the same store.
+func (k *Cache) Epoch() string {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.epoch
+}
+
 // WaitForRevision returns once Revision() >= rev, so a writer can wait until the cache shows its own
 // write (the revision of the stored entry, or of the delete). rev must be the revision of a change
 // under the cache's prefix, or at most one the cache has already seen: other changes of the namespace
-// do not reach the cache. It returns ctx's error when ctx ends first, and ErrCacheClosed when the
-// cache is closed.
+// do not reach the cache. It returns ctx's error when ctx ends first, ErrCacheClosed when the cache is
+// closed, and ErrEpochChanged when the cache resyncs to another epoch meanwhile (its revisions are not
+// comparable with rev). A writer that may outlive a restore between its write and the wait uses
+// WaitForRevisionIn with the Epoch it read before writing.
 func (k *Cache) WaitForRevision(ctx context.Context, rev uint64) error {
+	return k.WaitForRevisionIn(ctx, k.Epoch(), rev)
+}
+
+// WaitForRevisionIn is WaitForRevision for a revision of epoch: it returns ErrEpochChanged at once if
+// the cache already holds another epoch, and as soon as it moves to one.
+func (k *Cache) WaitForRevisionIn(ctx context.Context, epoch string, rev uint64) error {
 	for {
 		k.mu.RLock()
-		cur, ch := k.rev, k.changed
+		cur, now, ch := k.rev, k.epoch, k.changed
 		k.mu.RUnlock()
+		if now != epoch {
+			return ErrEpochChanged
+		}
 		if cur >= rev {
 			return nil
 		}
@@ -561,8 +589,12 @@ func (k *Cache) attempt() error {
 	// The server's max_pending_updates and ack_deadline_ms set how many updates may wait for an ack,
 	// and for how long. Without an answer, the cache keeps what it knew (at first, what the default
 	// bounds allow) and the watch request says what is wrong, if anything.
-	if info, err := k.c.Info(k.ctx); err == nil && info.Bounds.MaxPendingUpdates > 0 && info.Bounds.AckDeadlineMs > 0 {
-		k.useBounds(info.Bounds)
+	epoch := k.Epoch() // kept when info does not answer
+	if info, err := k.c.Info(k.ctx); err == nil {
+		epoch = info.Epoch
+		if info.Bounds.MaxPendingUpdates > 0 && info.Bounds.AckDeadlineMs > 0 {
+			k.useBounds(info.Bounds)
+		}
 	}
 	in := newInbox()
 	sub, err := k.c.nc.Subscribe(k.c.watchSubject(k.watchID), in.push)
@@ -588,6 +620,10 @@ func (k *Cache) attempt() error {
 		k.resyncs.Add(1) // before waiters wake: one that sees the new state sees the count too
 	}
 	k.entries = entries
+	if k.installed && epoch != k.epoch {
+		k.log.Warn("state cache resynced to a new epoch: the store was restored", "old_epoch", k.epoch, "epoch", epoch)
+	}
+	k.epoch = epoch
 	k.setRevLocked(ws.SnapshotRevision)
 	k.mu.Unlock()
 	k.sub, k.in, k.tr, k.acked, k.ackSent = sub, in, newTracker(ws), 0, true
