@@ -34,19 +34,16 @@ func (a *app) adminCall(ctx context.Context, cn *conn, op wire.Op, build func(id
 	subj := wire.AdminSubject(a.g.prefix, cn.c.Principal(), op)
 	ctx, cancel := context.WithTimeout(ctx, a.g.timeout)
 	defer cancel()
-	rctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	go func() {
-		select {
-		case v := <-cn.violations:
-			stop(wire.Errorf(wire.CodePermissionDenied, "principal %s may not use admin operations (NATS: %v)", cn.c.Principal(), v))
-		case <-rctx.Done():
-		}
-	}()
-	msg, err := cn.c.Conn().RequestWithContext(rctx, subj, data)
+	var msg *nats.Msg
+	err = cn.do(ctx, func(v error) error {
+		return wire.Errorf(wire.CodePermissionDenied, "principal %s may not use admin operations (NATS: %v)", cn.c.Principal(), v)
+	}, func(ctx context.Context) (err error) {
+		msg, err = cn.c.Conn().RequestWithContext(ctx, subj, data)
+		return err
+	})
 	if err != nil {
-		if cause := context.Cause(rctx); cause != nil && wire.CodeOf(cause) != "" {
-			return wire.AdminResult{}, cause
+		if wire.CodeOf(err) != "" {
+			return wire.AdminResult{}, err
 		}
 		if errors.Is(err, nats.ErrNoResponders) {
 			return wire.AdminResult{}, wire.Errorf(wire.CodeUnavailable, "no state server answered on %s", subj)
@@ -90,6 +87,9 @@ func (a *app) cmdBackup(ctx context.Context, cmd *command, args []string) error 
 		return err
 	}
 	file := pos[0]
+	if err := checkBackupFile(file); err != nil {
+		return err
+	}
 	cn, err := a.connect()
 	if err != nil {
 		return err
@@ -113,6 +113,21 @@ func (a *app) cmdBackup(ctx context.Context, cmd *command, args []string) error 
 	}
 	_, err = fmt.Fprintf(a.stdout, "backup %s: %d bytes, sha256 %s\n", file, open.Size, open.SHA256)
 	return err
+}
+
+// checkBackupFile refuses, before anything is downloaded, a FILE the backup could not be renamed to:
+// empty, a directory, or in a directory that does not exist. An existing file is replaced.
+func checkBackupFile(file string) error {
+	if file == "" {
+		return usageErrorf("backup: FILE is empty")
+	}
+	if fi, err := os.Stat(file); err == nil && fi.IsDir() {
+		return fmt.Errorf("backup: %s is a directory; name a file", file)
+	}
+	if fi, err := os.Stat(filepath.Dir(file)); err != nil || !fi.IsDir() {
+		return fmt.Errorf("backup: the directory of %s does not exist", file)
+	}
+	return nil
 }
 
 // download reads the opened backup chunk by chunk into a temporary file beside file, checks its size

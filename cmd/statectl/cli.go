@@ -183,6 +183,10 @@ func (a *app) help(args []string) error {
 		fmt.Fprint(a.stdout, usageMain)
 		return nil
 	}
+	if args[0] == "help" {
+		fmt.Fprint(a.stdout, usageMain)
+		return nil
+	}
 	cmd := lookup(args[0])
 	if cmd == nil {
 		return usageErrorf("unknown command %q (see statectl help)", args[0])
@@ -259,6 +263,35 @@ type conn struct {
 	// violations receives NATS permission violations: a request on a subject the principal may not
 	// publish to gets no reply, only this.
 	violations chan error
+}
+
+// do runs one request, fn, with a context that a NATS permission violation ends at once with
+// PERMISSION_DENIED: a request on a subject the principal may not publish to gets no reply, and would
+// otherwise wait for --timeout. refused says what was refused.
+func (cn *conn) do(ctx context.Context, refused func(violation error) error, fn func(context.Context) error) error {
+	rctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go func() {
+		select {
+		case v := <-cn.violations:
+			stop(refused(v))
+		case <-rctx.Done():
+		}
+	}()
+	err := fn(rctx)
+	if err != nil {
+		if cause := context.Cause(rctx); cause != nil && wire.CodeOf(cause) != "" {
+			return cause
+		}
+	}
+	return err
+}
+
+// state runs one state request (see do).
+func (cn *conn) state(ctx context.Context, fn func(context.Context) error) error {
+	return cn.do(ctx, func(v error) error {
+		return wire.Errorf(wire.CodePermissionDenied, "NATS refused the request (%v): check --user, --password and --prefix", v)
+	}, fn)
 }
 
 func (a *app) connect() (*conn, error) {

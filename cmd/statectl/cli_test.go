@@ -72,6 +72,7 @@ func TestRunUsageInProcess(t *testing.T) {
 	}{
 		{[]string{"help"}, 0, "Commands:", ""},
 		{[]string{"help", "ls"}, 0, "--limit N", ""},
+		{[]string{"help", "help"}, 0, "Commands:", ""},
 		{[]string{"ls", "--help"}, 0, "--limit N", ""},
 		{nil, 2, "", "statectl: USAGE: name a command"},
 		{[]string{"get", "service/x"}, 2, "", "statectl: USAGE: get takes 2 arguments"},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -24,7 +25,8 @@ func (a *app) cmdGet(ctx context.Context, cmd *command, args []string) error {
 		return err
 	}
 	defer cn.close()
-	e, err := cn.c.Get(ctx, pos[0], pos[1])
+	var e wire.Entry
+	err = cn.state(ctx, func(ctx context.Context) (err error) { e, err = cn.c.Get(ctx, pos[0], pos[1]); return err })
 	if err != nil {
 		return err
 	}
@@ -94,7 +96,8 @@ func (a *app) cmdPut(ctx context.Context, cmd *command, args []string) error {
 		return err
 	}
 	defer cn.close()
-	e, err := cn.c.Put(ctx, req)
+	var e wire.Entry
+	err = cn.state(ctx, func(ctx context.Context) (err error) { e, err = cn.c.Put(ctx, req); return err })
 	if err != nil {
 		return err
 	}
@@ -142,7 +145,8 @@ func (a *app) cmdDelete(ctx context.Context, cmd *command, args []string) error 
 		return err
 	}
 	defer cn.close()
-	rev, err := cn.c.Delete(ctx, req)
+	var rev uint64
+	err = cn.state(ctx, func(ctx context.Context) (err error) { rev, err = cn.c.Delete(ctx, req); return err })
 	if err != nil {
 		return err
 	}
@@ -174,7 +178,8 @@ func (a *app) cmdLs(ctx context.Context, cmd *command, args []string) error {
 	// there were several requests).
 	all := wire.Result{OK: true, Entries: []wire.Entry{}, Revision: new(uint64)}
 	for {
-		page, err := cn.c.List(ctx, req)
+		var page client.ListResult
+		err := cn.state(ctx, func(ctx context.Context) (err error) { page, err = cn.c.List(ctx, req); return err })
 		if err != nil {
 			return err
 		}
@@ -201,7 +206,8 @@ func (a *app) cmdInfo(ctx context.Context, cmd *command, args []string) error {
 		return err
 	}
 	defer cn.close()
-	info, err := cn.c.Info(ctx)
+	var info wire.Info
+	err = cn.state(ctx, func(ctx context.Context) (err error) { info, err = cn.c.Info(ctx); return err })
 	if err != nil {
 		return err
 	}

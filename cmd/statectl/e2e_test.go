@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -201,11 +202,29 @@ func TestPutThenGet(t *testing.T) {
 	if got := e.getJSON("service/tx", "from-stdin"); string(got.Document) != leaseDoc {
 		t.Fatalf("document from stdin: %s", got.Document)
 	}
+	// --json keeps the document's bytes: no HTML escaping of <, > or &.
+	odd := `{"holder":"w1","claimed_at_ms":1,"purpose":"a<b&c>d"}`
+	e.runIn(odd, "put", "service/tx", "odd", leaseSchema)
+	if r := e.ok("get", "service/tx", "odd", "--json"); !strings.Contains(r.stdout, `"document":`+odd) {
+		t.Fatalf("get --json changed the document's bytes:\n%s", r.stdout)
+	}
 	// What the server rejects keeps its SPEC code: a document that is not JSON, a schema mismatch.
 	e.failsIn("not json", 1, "STATE_STORE_ERROR_CODE_INVALID_ARGUMENT", "put", "service/tx", "bad", leaseSchema)
 	e.failsIn(`{"holder":"w1"}`, 1, "STATE_STORE_ERROR_CODE_SCHEMA_INVALID", "put", "service/tx", "bad", leaseSchema)
 	e.fails(1, "STATE_STORE_ERROR_CODE_NOT_FOUND", "get", "service/tx", "missing")
 	e.fails(1, "ERROR", "put", "service/tx", "bad", leaseSchema, filepath.Join(e.dir, "no-such-file"))
+}
+
+// A request NATS refuses (a subject the principal may not publish to: here a wrong --prefix) is
+// PERMISSION_DENIED at once, not a TIMEOUT after --timeout.
+func TestRefusedRequestIsPermissionDenied(t *testing.T) {
+	e := start(t, "")
+	for _, args := range [][]string{{"get", "service/tx", "k"}, {"info"}, {"ls", "service/tx"}} {
+		r := e.fails(1, "STATE_STORE_ERROR_CODE_PERMISSION_DENIED", append(args, "--prefix", "foo", "--timeout", "60s")...)
+		if !strings.Contains(r.stderr, "--prefix") {
+			t.Fatalf("%v: %s", args, r)
+		}
+	}
 }
 
 func TestCompareAndSet(t *testing.T) {
@@ -502,6 +521,34 @@ func TestWatchCountJSON(t *testing.T) {
 	}
 }
 
+// A watch that fell behind (the process stopped while updates came) is closed by the server with
+// OVERFLOW; its first ack then answers NOT_FOUND. The updates sent before the close and the CLOSED
+// message itself are still printed, in order, before the watch starts again.
+func TestWatchPrintsTheCloseAfterAFailedAck(t *testing.T) {
+	e := start(t, "[bounds]\nmax_pending_updates = 4\n")
+	p := e.start("watch", "service/w", "--json", "--timeout", "100s")
+	p.await(`"snapshot_revision":0`)
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		e.putLease("service/w", fmt.Sprintf("k%d", i))
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for seq := 1; seq <= 4; seq++ {
+		l := p.await(`"watch_sequence"`)
+		if !strings.Contains(l, fmt.Sprintf(`"watch_sequence":%d,`, seq)) {
+			t.Fatalf("update %d: %s\nstderr:\n%s", seq, l, p.stderr())
+		}
+	}
+	if l, _ := p.next("the CLOSED message"); !strings.Contains(l, `"kind":"CLOSED"`) || !strings.Contains(l, `"reason":"OVERFLOW"`) {
+		t.Fatalf("after the four updates: %s\nstderr:\n%s", l, p.stderr())
+	}
+	p.await(`"snapshot_revision":6`) // watching again
+}
+
 // A close (stated stopping) is printed, the watch says it watches again, and once stated is back it
 // prints a fresh snapshot and the updates after it.
 func TestWatchResnapshotsAfterClose(t *testing.T) {
@@ -546,6 +593,14 @@ func TestWatchTimeoutBeforeCount(t *testing.T) {
 func TestBackupRestore(t *testing.T) {
 	e := start(t, "")
 	e.putLease("service/tx", "before")
+	// A FILE the backup could not be renamed to is refused before anything is downloaded.
+	e.fails(2, "USAGE", "backup", "")
+	if r := e.fails(1, "ERROR", "backup", e.dir); !strings.Contains(r.stderr, "is a directory") {
+		t.Fatalf("backup to a directory: %s", r)
+	}
+	if r := e.fails(1, "ERROR", "backup", filepath.Join(e.dir, "no-such-dir", "b.db")); !strings.Contains(r.stderr, "does not exist") {
+		t.Fatalf("backup into a missing directory: %s", r)
+	}
 	epoch := infoOf(e).Epoch
 	file := filepath.Join(e.dir, "backups", "store.db")
 	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {

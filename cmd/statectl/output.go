@@ -13,13 +13,16 @@ import (
 	"github.com/keeppeek/coordination/store/wire"
 )
 
-// writeJSON prints v as one line of JSON.
+// writeJSON prints v as one line of JSON. Documents keep their bytes: no HTML escaping of <, > and &,
+// so what is printed is what the server stored (and what the audit log's document_sha256 hashes).
 func writeJSON(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil { // one line, newline included
 		return err
 	}
-	_, err = w.Write(append(b, '\n'))
+	_, err := w.Write(b.Bytes())
 	return err
 }
 

@@ -215,10 +215,17 @@ func drain(status chan nats.Status) {
 // must start again ("" when it is done: ctx ended or the count is reached), whether the server closed
 // it, or an error that ends the command.
 func (w *watcher) follow(ctx context.Context, wt *client.Watch, status chan nats.Status) (reason string, closed bool, err error) {
+	// An ack answered NOT_FOUND means the server closed the watch (OVERFLOW, say) after sending what is
+	// still queued here: those updates and the CLOSED message are printed, without acks, for as long as
+	// a request may take; then the watch starts again.
+	var gone <-chan time.Time
+	var ackFailed string
 	for {
 		select {
 		case <-ctx.Done():
 			return "", false, nil
+		case <-gone:
+			return ackFailed, false, nil
 		case s := <-status:
 			switch {
 			case s == nats.CLOSED:
@@ -249,11 +256,19 @@ func (w *watcher) follow(ctx context.Context, wt *client.Watch, status chan nats
 				return "", false, err
 			}
 			w.seq = m.WatchSequence
+			if gone != nil {
+				continue // the watch is gone: its close is on its way
+			}
 			if err := wt.Ack(ctx, w.seq); err != nil {
 				if ctx.Err() != nil {
 					return "", false, nil
 				}
-				return fmt.Sprintf("ack %d failed: %v", w.seq, err), false, nil
+				ackFailed = fmt.Sprintf("ack %d failed: %v", w.seq, err)
+				if !errors.Is(err, wire.ErrNotFound) {
+					return ackFailed, false, nil
+				}
+				gone = time.After(w.requestTimeout())
+				continue
 			}
 			if w.done() {
 				return "", false, nil
