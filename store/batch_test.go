@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"path/filepath"
 	"testing"
 	"time"
@@ -150,5 +152,59 @@ func TestDueLeaseSurvivesAFailedCommit(t *testing.T) {
 	noMessage(t, ch)
 	if r := nsRevision(t, s, "service/tx"); r != e.Revision+1 {
 		t.Fatalf("revision %d after the expiry, want %d", r, e.Revision+1)
+	}
+}
+
+// landedButFailed commits each batch, then reports the failure bbolt reports when the sync of its meta
+// page fails: the batch is in the database, the commit said it was not.
+type landedButFailed struct {
+	backend
+	fail bool
+}
+
+func (l *landedButFailed) commit(bt *batch) error {
+	if err := l.backend.commit(bt); err != nil || !l.fail {
+		return err
+	}
+	return fmt.Errorf("%w: sync: input/output error", errCommitUncertain)
+}
+
+// A commit that failed after it may have reached the database stops the store: neither STORAGE
+// (nothing changed) nor OK is known to be true, and committing on top of a database memory may not
+// reflect could leave it inconsistent. Every call then answers UNAVAILABLE, watches close, and a
+// restart reloads what the database holds.
+func TestUncertainCommitStopsTheStore(t *testing.T) {
+	s, path := openT(t, DefaultOptions())
+	ctx := ctxT(t)
+	mustPut(t, s, admin, putLease("service/tx", "a"))
+	_, ch := watchT(t, s, admin, "w", "service/tx", "")
+	lb := &landedButFailed{backend: s.be, fail: true}
+	s.be = lb
+	_, err := s.Put(ctx, admin, putLease("service/tx", "b"))
+	wantCode(t, err, wire.CodeUnavailable)
+	wantClosed(t, ch, wire.CloseShutdown)
+	lb.fail = false
+	_, err = s.Put(ctx, admin, putLease("service/tx", "c"))
+	wantCode(t, err, wire.CodeUnavailable)
+	_, err = s.Get(ctx, admin, wire.GetRequest{Namespace: "service/tx", Key: "a"})
+	wantCode(t, err, wire.CodeUnavailable)
+	if s.Unavailable() == nil || strings.Contains(strings.Join(s.Info().Features, ","), wire.FeatureStateStore) {
+		t.Fatalf("a stopped store: reason %v, features %v", s.Unavailable(), s.Info().Features)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openAt(t, path, DefaultOptions())
+	if s2.Unavailable() != nil {
+		t.Fatalf("reopened: %v", s2.Unavailable())
+	}
+	if _, err := s2.Get(ctx, admin, wire.GetRequest{Namespace: "service/tx", Key: "b"}); err != nil {
+		t.Fatalf("the write that landed: %v", err)
+	}
+	if _, err := s2.Get(ctx, admin, wire.GetRequest{Namespace: "service/tx", Key: "c"}); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("a write after the stop: %v", err)
+	}
+	if r := nsRevision(t, s2, "service/tx"); r != 2 {
+		t.Fatalf("revision %d after reopen, want 2", r)
 	}
 }

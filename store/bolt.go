@@ -424,52 +424,71 @@ func loadTx(tx *bolt.Tx, rules *loadRules) (*loaded, error) {
 	return ld, nil
 }
 
+// errCommitUncertain wraps a commit error after which the database may hold the batch anyway.
+var errCommitUncertain = errors.New("the commit may have reached the database")
+
 func (b *boltBackend) commit(bt *batch) error {
-	return b.db.Update(func(tx *bolt.Tx) error {
-		entries := tx.Bucket(bucketEntries)
-		for _, c := range bt.changes {
-			switch c.kind {
-			case changePut, changeTouch:
-				if err := entries.Put(entryKey(c.ns, c.key), c.json); err != nil {
-					return err
-				}
-			case changeDelete, changeExpire:
-				if err := entries.Delete(entryKey(c.ns, c.key)); err != nil {
-					return err
-				}
-			}
-		}
-		for ns, c := range bt.namespaces {
-			v, _ := json.Marshal(c)
-			if err := entries.Put(counterKey(ns), v); err != nil {
-				return err
-			}
-		}
-		meta := tx.Bucket(bucketMeta)
-		if err := meta.Put(metaTotalBytes, []byte(strconv.FormatInt(bt.totalBytes, 10))); err != nil {
-			return err
-		}
-		if len(bt.audit) == 0 {
-			return nil
-		}
-		tail := tx.Bucket(bucketAuditTail)
-		for i := range bt.audit {
-			v, _ := json.Marshal(&bt.audit[i])
-			if err := tail.Put(seqKey(bt.audit[i].Seq), v); err != nil {
-				return err
-			}
-		}
-		last := bt.audit[len(bt.audit)-1]
-		head, _ := json.Marshal(auditHead{Seq: last.Seq, Hash: last.Hash})
-		if err := meta.Put(metaAuditHead, head); err != nil {
-			return err
-		}
-		ab := tx.Bucket(bucketAudit)
-		if moved, err := flushAuditTail(tail, ab); err != nil || !moved {
-			return err
-		}
-		return b.prune(meta, ab, last.Seq)
+	var txid int
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		txid = tx.ID()
+		return b.write(tx, bt)
 	})
+	if err != nil && txid != 0 {
+		// bbolt writes the meta page before syncing it: if that sync fails, Commit reports an error,
+		// yet the new meta is in place and later transactions read the batch.
+		var now int
+		if verr := b.db.View(func(tx *bolt.Tx) error { now = tx.ID(); return nil }); verr != nil || now >= txid {
+			return fmt.Errorf("%w: %w", errCommitUncertain, err)
+		}
+	}
+	return err
+}
+
+// write puts one batch in tx.
+func (b *boltBackend) write(tx *bolt.Tx, bt *batch) error {
+	entries := tx.Bucket(bucketEntries)
+	for _, c := range bt.changes {
+		switch c.kind {
+		case changePut, changeTouch:
+			if err := entries.Put(entryKey(c.ns, c.key), c.json); err != nil {
+				return err
+			}
+		case changeDelete, changeExpire:
+			if err := entries.Delete(entryKey(c.ns, c.key)); err != nil {
+				return err
+			}
+		}
+	}
+	for ns, c := range bt.namespaces {
+		v, _ := json.Marshal(c)
+		if err := entries.Put(counterKey(ns), v); err != nil {
+			return err
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	if err := meta.Put(metaTotalBytes, []byte(strconv.FormatInt(bt.totalBytes, 10))); err != nil {
+		return err
+	}
+	if len(bt.audit) == 0 {
+		return nil
+	}
+	tail := tx.Bucket(bucketAuditTail)
+	for i := range bt.audit {
+		v, _ := json.Marshal(&bt.audit[i])
+		if err := tail.Put(seqKey(bt.audit[i].Seq), v); err != nil {
+			return err
+		}
+	}
+	last := bt.audit[len(bt.audit)-1]
+	head, _ := json.Marshal(auditHead{Seq: last.Seq, Hash: last.Hash})
+	if err := meta.Put(metaAuditHead, head); err != nil {
+		return err
+	}
+	ab := tx.Bucket(bucketAudit)
+	if moved, err := flushAuditTail(tail, ab); err != nil || !moved {
+		return err
+	}
+	return b.prune(meta, ab, last.Seq)
 }
 
 // flushAuditTail moves the audit tail's records into the audit log once the tail is too big for bbolt

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -394,6 +395,14 @@ func (st *stage) stageExpire(d deadline) {
 // commits the result in one transaction, applies it to memory, fans it out and answers. A failed commit
 // answers STORAGE to every mutation of the batch and leaves memory as it was.
 func (s *Store) runBatch(muts []*mutation) error {
+	if s.halted.Load() != nil {
+		// Nothing more is committed on top of a database whose content memory may not reflect.
+		err := s.unavailable()
+		for _, m := range muts {
+			m.done <- mutResult{err: err}
+		}
+		return err
+	}
 	now := s.nowMs()
 	st := newStage(s, now)
 
@@ -438,6 +447,15 @@ func (s *Store) runBatch(muts []*mutation) error {
 			s.armedAtMs = math.MaxInt64
 			s.mu.Unlock()
 			s.opts.Logger.Error("commit failed", "mutations", len(muts), "err", err)
+			if errors.Is(err, errCommitUncertain) {
+				// Neither STORAGE (nothing changed) nor OK would be known to be true.
+				s.halt(fmt.Errorf("a commit failed after it may have reached the database: %w; restart to reload it", err))
+				uerr := s.unavailable()
+				for _, m := range muts {
+					m.done <- mutResult{err: uerr}
+				}
+				return err
+			}
 			serr := wire.Errorf(wire.CodeStorage, "commit failed: %v", err)
 			for i, m := range muts {
 				m.done <- s.failedAnswer(m, results[i], due, now, serr)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keeppeek/coordination/store/policy"
@@ -20,7 +21,8 @@ type Store struct {
 	opts    Options
 	schemas *schema.Registry
 	be      backend
-	reason  error // non-nil: unavailable
+	reason  error                 // non-nil: unavailable
+	halted  atomic.Pointer[error] // set: stopped serving after a commit of unknown outcome (halt)
 	epoch   string
 
 	// mu guards the memory state below. The committer is its only writer; it reads without the lock
@@ -210,11 +212,32 @@ func (s *Store) unindex(sp *space, key string) {
 	}
 }
 
-// Unavailable returns the reason the store is not served, or nil when it is.
-func (s *Store) Unavailable() error { return s.reason }
+// Unavailable returns the reason the store is not served, or nil when it is: it did not load, or it
+// stopped after a commit whose outcome it cannot know (see halt).
+func (s *Store) Unavailable() error {
+	if s.reason != nil {
+		return s.reason
+	}
+	if h := s.halted.Load(); h != nil {
+		return *h
+	}
+	return nil
+}
 
 func (s *Store) unavailable() error {
-	return wire.Errorf(wire.CodeUnavailable, "state store is not served: %v", s.reason)
+	return wire.Errorf(wire.CodeUnavailable, "state store is not served: %v", s.Unavailable())
+}
+
+// halt stops serving for good, because a commit failed after it may have reached the database: what
+// the database holds can no longer be known from memory, and committing more on top of it could
+// leave counters that disagree (etcd and PostgreSQL stop on a failed fsync for the same reason).
+// Every call answers UNAVAILABLE with reason; every watch is closed (SHUTDOWN); a restart reloads
+// the database and validates it.
+func (s *Store) halt(reason error) {
+	if s.halted.CompareAndSwap(nil, &reason) {
+		s.opts.Logger.Error("state store stopped serving", "reason", reason)
+		s.watches.shutdown(wire.CloseShutdown, "the state store stopped after a storage error")
+	}
 }
 
 // Serving returns nil while the store is served, and UNAVAILABLE (with the reason) when it did not
@@ -223,7 +246,7 @@ func (s *Store) Serving() error { return s.serving() }
 
 // serving returns UNAVAILABLE when the store did not load or is closing.
 func (s *Store) serving() error {
-	if s.reason != nil {
+	if s.Unavailable() != nil {
 		return s.unavailable()
 	}
 	s.closeMu.Lock()
