@@ -60,6 +60,7 @@ type Worker struct {
 	lastBeat   time.Time
 	running    bool
 	kick       chan struct{}
+	hbMu       sync.Mutex // one heartbeat at a time, so they reach the server in sequence order
 	sequence   int64
 }
 
@@ -227,6 +228,8 @@ func (w *Worker) HealthHandler() http.Handler {
 
 // heartbeat publishes one heartbeat with the current status and leases.
 func (w *Worker) heartbeat() error {
+	w.hbMu.Lock()
+	defer w.hbMu.Unlock()
 	w.mu.Lock()
 	w.sequence++
 	hb := wire.Heartbeat{WorkerID: w.opts.WorkerID, Service: w.opts.Service, Sequence: w.sequence,
@@ -246,7 +249,12 @@ func (w *Worker) heartbeat() error {
 
 // Run starts the components and owned goroutines, heartbeats until ctx ends (or an owned goroutine
 // fails), then stops gracefully: heartbeat draining, stop goroutines and components in reverse order
-// (they release their leases), heartbeat stopping. It returns the first error.
+// (they release their leases), heartbeat stopping. It returns the first error. Heartbeats go out every
+// interval from the start to the end, "starting" while components start (however long that takes)
+// and "draining" while they stop, so the worker's entry never expires while it runs. A stop that
+// takes longer than StopTimeout makes Run return with an error while the components' Stop calls go
+// on; the last heartbeat then still lists the leases they hold, which expire with their TTL if Stop
+// never releases them.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if w.running {
@@ -264,6 +272,26 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 	log := w.opts.Logger.With("worker", w.opts.WorkerID)
 	_ = w.heartbeat()
+	hbStop, hbDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		ticker := time.NewTicker(w.opts.HeartbeatInterval)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-hbStop:
+				return
+			case <-ticker.C:
+			case <-w.kick:
+			}
+			if err := w.heartbeat(); err != nil {
+				log.Warn("heartbeat not sent", "err", err)
+			}
+		}
+	}()
+	var stopHeartbeats sync.Once
+	endHeartbeats := func() { stopHeartbeats.Do(func() { close(hbStop); <-hbDone }) }
+	defer endHeartbeats()
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -276,6 +304,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, c := range components {
 		if err := c.Start(runCtx); err != nil {
 			stopComponents()
+			endHeartbeats()
 			w.setStatus(wire.StatusStopping)
 			_ = w.heartbeat()
 			return fmt.Errorf("worker: start: %w", err)
@@ -297,22 +326,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	log.Info("worker ready", "principal", w.opts.Principal, "service", w.opts.Service)
 
 	var runErr error
-	ticker := time.NewTicker(w.opts.HeartbeatInterval)
-	defer ticker.Stop()
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case runErr = <-errs:
-			log.Error("stopping after a failure", "err", runErr)
-			break loop
-		case <-ticker.C:
-		case <-w.kick:
-		}
-		if err := w.heartbeat(); err != nil {
-			log.Warn("heartbeat not sent", "err", err)
-		}
+	select {
+	case <-ctx.Done():
+	case runErr = <-errs:
+		log.Error("stopping after a failure", "err", runErr)
 	}
 
 	w.setStatus(wire.StatusDraining)
@@ -329,6 +346,7 @@ loop:
 	case <-time.After(w.opts.StopTimeout):
 		runErr = errors.Join(runErr, fmt.Errorf("worker: stop took longer than %v", w.opts.StopTimeout))
 	}
+	endHeartbeats()
 	w.setStatus(wire.StatusStopping)
 	_ = w.heartbeat()
 	_ = w.opts.Conn.Flush()

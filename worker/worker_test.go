@@ -162,3 +162,63 @@ func TestWorkerOptionsValidated(t *testing.T) {
 		}
 	}
 }
+
+// blockedStart is a component whose Start waits until release is closed (a tracker waiting for the
+// media server, a controller whose first watch is retried).
+type blockedStart struct{ release chan struct{} }
+
+func (b blockedStart) Start(ctx context.Context) error {
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+	return nil
+}
+func (blockedStart) Stop() {}
+
+// A worker whose components take long to start keeps heartbeating "starting" every interval, so its
+// entry does not expire while the process is alive; then it says "ready".
+func TestWorkerHeartbeatsWhileComponentsStart(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	nc := env.Connect(t, "alice")
+	beats, err := nc.SubscribeSync(wire.HeartbeatSubject(wire.DefaultPrefix, "alice", "tx-3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(worker.Options{Conn: env.Connect(t, "alice"), Principal: "alice", WorkerID: "tx-3", HeartbeatInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	w.Add(blockedStart{release})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	next := func() wire.Heartbeat {
+		t.Helper()
+		m, err := beats.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("no heartbeat: %v", err)
+		}
+		var hb wire.Heartbeat
+		if err := json.Unmarshal(m.Data, &hb); err != nil {
+			t.Fatal(err)
+		}
+		return hb
+	}
+	for i := range 4 { // four intervals and more: three would expire the entry
+		if hb := next(); hb.Status != wire.StatusStarting {
+			t.Fatalf("heartbeat %d while starting: %+v", i, hb)
+		}
+	}
+	close(release)
+	for hb := next(); hb.Status != wire.StatusReady; hb = next() {
+		if hb.Status != wire.StatusStarting {
+			t.Fatalf("after the start: %+v", hb)
+		}
+	}
+}
