@@ -16,6 +16,10 @@ var ErrHeld = errors.New("lease: held by another holder")
 // before the safety margin.
 var ErrLost = errors.New("lease: lost")
 
+// ErrRestored is wrapped by Lease.Err, with ErrLost, when the store was restored since the claim (a
+// new epoch, SPEC section 4): the lease's revision is void and the store is left alone.
+var ErrRestored = errors.New("the store was restored")
+
 // ErrReleased is Lease.Err after Release (unless the lease had been lost before).
 var ErrReleased = errors.New("lease: released")
 

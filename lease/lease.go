@@ -35,6 +35,8 @@ type Lease struct {
 	done   chan struct{}      // closed when the renewal loop returned
 	lost   chan struct{}      // closed by lose
 
+	epoch string // the store's epoch at the claim: the lease's revisions mean something only in it
+
 	mu         sync.Mutex
 	rev        uint64        // revision of the last claim or renewal known to be committed
 	validUntil time.Time     // held until then: send time of that claim or renewal + TTL - margin
@@ -66,6 +68,11 @@ type attempt struct {
 //
 // A claim whose reply is lost may have committed: the key then looks held (by o.Holder) until the TTL
 // runs out.
+//
+// The lease belongs to the store's epoch at the claim (SPEC section 4): a restore voids its revision,
+// which a new holder's claim may reach again. Each renewal and each guarded write (Put, Delete,
+// SaveOffset) checks the epoch first, with an info request: a changed epoch loses the lease (Lost,
+// ErrRestored) without touching the store.
 func Claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 	o, err := o.resolve()
 	if err != nil {
@@ -76,6 +83,10 @@ func Claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 
 // claim is Claim with resolved options.
 func claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
+	info, err := c.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lease: claim %s:%s: %w", o.Namespace, o.Key, err)
+	}
 	sent := time.Now()
 	claimedAt := sent.UnixMilli()
 	doc, err := json.Marshal(document{Holder: o.Holder, ClaimedAtMs: claimedAt, Purpose: o.Purpose})
@@ -93,7 +104,7 @@ func claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
 	l := &Lease{
-		c: c, o: o, claimedAtMs: claimedAt,
+		c: c, o: o, claimedAtMs: claimedAt, epoch: info.Epoch,
 		cancel: cancel, done: make(chan struct{}), lost: make(chan struct{}),
 		rev: e.Revision, validUntil: sent.Add(o.TTL - o.margin()), stamp: claimedAt,
 	}
@@ -219,6 +230,13 @@ func (l *Lease) deleteEntry(ctx context.Context) error {
 	if gone {
 		return nil
 	}
+	// After a restore the revision is void and may name a new holder's entry: leave it alone.
+	switch check, err := l.checkEpoch(ctx); check {
+	case epochChanged:
+		return nil
+	case epochUnknown:
+		return fmt.Errorf("lease: release %s:%s: the store's epoch: %w", l.o.Namespace, l.o.Key, err)
+	}
 	for range 2 {
 		expected := int64(rev)
 		_, err := l.c.Delete(ctx, wire.DeleteRequest{Namespace: l.o.Namespace, Key: l.o.Key, ExpectedRevision: &expected})
@@ -321,6 +339,17 @@ func (l *Lease) renew(ctx context.Context) (time.Time, outcome) {
 	}
 	sent := time.Now()
 	rctx, cancel := context.WithDeadline(ctx, earlier(deadline, sent.Add(l.o.RenewEvery)))
+	switch check, _ := l.checkEpoch(rctx); check {
+	case epochChanged:
+		cancel()
+		return sent, stopped
+	case epochUnknown:
+		cancel()
+		if ctx.Err() != nil {
+			return sent, stopped
+		}
+		return sent, retryLater
+	}
 	expected, ttl := int64(rev), l.o.ttlMs()
 	e, err := l.c.Put(rctx, wire.PutRequest{Namespace: l.o.Namespace, Key: l.o.Key, Schema: leaseSchema,
 		Document: doc, ExpectedRevision: &expected, TTLMs: &ttl})
@@ -366,6 +395,29 @@ func (l *Lease) renew(ctx context.Context) (time.Time, outcome) {
 	}
 	l.o.Logger.Warn("lease renewal failed; retrying", "namespace", l.o.Namespace, "key", l.o.Key, "err", err)
 	return sent, retryLater
+}
+
+type epochCheck int
+
+const (
+	epochSame epochCheck = iota
+	epochChanged
+	epochUnknown // the store did not answer
+)
+
+// checkEpoch asks the store for its epoch. A changed epoch (a restore) loses the lease without
+// touching the store: its revision is void, and a delete or renewal with it could hit a new holder's
+// entry.
+func (l *Lease) checkEpoch(ctx context.Context) (epochCheck, error) {
+	info, err := l.c.Info(ctx)
+	if err != nil {
+		return epochUnknown, err
+	}
+	if info.Epoch != l.epoch {
+		l.lose(fmt.Errorf("%w: %w (epoch %s, claimed in %s): its revision is void", ErrLost, ErrRestored, info.Epoch, l.epoch), true)
+		return epochChanged, nil
+	}
+	return epochSame, nil
 }
 
 // permanent reports whether the store refused a request for a reason that retrying cannot change:

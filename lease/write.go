@@ -60,7 +60,19 @@ func (l *Lease) sameNamespace(ns *string) error {
 }
 
 // guarded runs write with the lease's guard, and once more if a renewal explains a GUARD_FAILED.
+// The store's epoch is checked first (one info request): the server may have been stopped and
+// restored since the claim, voiding the revision the guard names, which a new holder's claim may have
+// reached again; the store's guard alone cannot tell.
 func (l *Lease) guarded(ctx context.Context, write func(wire.Guard) error) error {
+	if _, err := l.writeGuard(); err != nil {
+		return err // not held: no request at all
+	}
+	switch check, err := l.checkEpoch(ctx); check {
+	case epochChanged:
+		return fmt.Errorf("%w: %s:%s: %w", ErrNotHeld, l.o.Namespace, l.o.Key, ErrRestored)
+	case epochUnknown:
+		return fmt.Errorf("lease %s:%s: the store's epoch: %w", l.o.Namespace, l.o.Key, err)
+	}
 	g, err := l.writeGuard()
 	if err != nil {
 		return err
