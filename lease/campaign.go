@@ -64,6 +64,8 @@ func Campaign(ctx context.Context, c *client.Client, o Options) (*Lease, error) 
 				case <-changed:
 				case <-ctx.Done():
 					return nil, ctx.Err()
+				case <-cache.Done(): // its connection closed: nothing will change any more
+					return nil, fmt.Errorf("lease: watch %s:%s: %w", o.Namespace, o.Key, client.ErrCacheClosed)
 				}
 				_, ok = cache.Get(o.Key)
 			}

@@ -43,7 +43,8 @@ func ackEvery(maxPending int64) uint64 {
 	return uint64(max(1, min(maxPending/2, maxAckEvery)))
 }
 
-// ErrCacheClosed is returned by WaitForRevision once the cache is closed.
+// ErrCacheClosed is returned by WaitForRevision once the cache is closed, or has stopped because its
+// NATS connection was closed (it then keeps its last entries, and follows nothing more).
 var ErrCacheClosed = errors.New("store/client: cache closed")
 
 // ErrEpochChanged is returned by WaitForRevision when the cache resyncs to a store of another epoch (a
@@ -287,6 +288,10 @@ func (k *Cache) WaitForRevisionIn(ctx context.Context, epoch string, rev uint64)
 	}
 }
 
+// Done is closed once the cache follows nothing more: after Close, or when its NATS connection was
+// closed. Its entries stay readable.
+func (k *Cache) Done() <-chan struct{} { return k.done }
+
 // Resyncs returns how many snapshots the cache installed after its first.
 func (k *Cache) Resyncs() uint64 { return k.resyncs.Load() }
 
@@ -496,9 +501,9 @@ func (k *Cache) resync(reason string) error {
 			if !k.installed {
 				return fmt.Errorf("store/client: watch %s: %w", k.watchID, nats.ErrConnectionClosed)
 			}
+			// For good: the cache stops (its entries stay readable), and waiters learn it.
 			k.log.Warn("state cache stopped following: the NATS connection is closed")
-			<-k.ctx.Done()
-			return k.ctx.Err()
+			return fmt.Errorf("store/client: watch %s: %w", k.watchID, nats.ErrConnectionClosed)
 		}
 		k.drainStatus()
 		err := k.attempt()

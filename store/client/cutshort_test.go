@@ -115,3 +115,37 @@ func TestStopRetriesItsUnwatch(t *testing.T) {
 		t.Fatalf("Stop after success: %v", err)
 	}
 }
+
+// A cache whose NATS connection is closed stops for good: a writer waiting on it learns so at once
+// (ErrCacheClosed) instead of waiting for its context, and the entries it had stay readable.
+func TestCacheStopsWhenItsConnectionCloses(t *testing.T) {
+	env := startEnv(t)
+	nc := env.Connect(t, alice.ID)
+	c, err := New(nc, alice.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.Put(ctxT(t), preference("user/alice", "p/a", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := c.NewCache(ctxT(t), CacheOptions{Namespace: "user/alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	waited := make(chan error, 1)
+	go func() { waited <- k.WaitForRevision(ctxT(t), e.Revision+100) }()
+	nc.Close()
+	select {
+	case err := <-waited:
+		if !errors.Is(err, ErrCacheClosed) {
+			t.Fatalf("a wait on a cache whose connection closed: %v, want ErrCacheClosed", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("a wait on a cache whose connection closed did not end")
+	}
+	if _, ok := k.Get("p/a"); !ok {
+		t.Fatal("the cache's entries are gone")
+	}
+}
