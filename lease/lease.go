@@ -67,7 +67,7 @@ type attempt struct {
 // o.RenewEvery until Release or loss. ctx bounds the claim only.
 //
 // A claim whose reply is lost may have committed: the key then looks held (by o.Holder) until the TTL
-// runs out.
+// runs out. A claim given up because ctx ended is followed to its reply, and deleted if it committed.
 //
 // The lease belongs to the store's epoch at the claim (SPEC section 4): a restore voids its revision,
 // which a new holder's claim may reach again. Each renewal and each guarded write (Put, Delete,
@@ -94,7 +94,7 @@ func claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 		return nil, fmt.Errorf("lease: encode document: %w", err)
 	}
 	create, ttl := int64(0), o.ttlMs()
-	e, err := c.Put(ctx, wire.PutRequest{Namespace: o.Namespace, Key: o.Key, Schema: leaseSchema,
+	e, err := claimPut(ctx, c, o, wire.PutRequest{Namespace: o.Namespace, Key: o.Key, Schema: leaseSchema,
 		Document: doc, ExpectedRevision: &create, TTLMs: &ttl})
 	if errors.Is(err, wire.ErrConflict) {
 		return nil, heldError(ctx, c, &o, err)
@@ -110,6 +110,48 @@ func claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 	}
 	go l.run(loopCtx, sent)
 	return l, nil
+}
+
+// claimPut sends the claim's create-only put. If ctx ends before the reply, the put may still commit,
+// and the key would look held by nobody running for a whole TTL: the request runs on in the background
+// (until the later of ctx's deadline and the TTL), and a claim that committed is deleted then, by its
+// own revision.
+func claimPut(ctx context.Context, c *client.Client, o Options, req wire.PutRequest) (wire.Entry, error) {
+	deadline := time.Now().Add(o.TTL)
+	if d, ok := ctx.Deadline(); ok && d.After(deadline) {
+		deadline = d
+	}
+	pctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	type answer struct {
+		e   wire.Entry
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		defer cancel()
+		e, err := c.Put(pctx, req)
+		done <- answer{e, err}
+	}()
+	select {
+	case a := <-done:
+		return a.e, a.err
+	case <-ctx.Done():
+		go func() {
+			a := <-done
+			if a.err != nil {
+				return
+			}
+			dctx, cancel := context.WithTimeout(context.Background(), o.TTL)
+			defer cancel()
+			rev := int64(a.e.Revision)
+			if _, err := c.Delete(dctx, wire.DeleteRequest{Namespace: o.Namespace, Key: o.Key, ExpectedRevision: &rev}); err != nil &&
+				!errors.Is(err, wire.ErrNotFound) && !errors.Is(err, wire.ErrConflict) {
+				o.Logger.Warn("a claim given up committed, and could not be deleted: the key stays held until its TTL",
+					"namespace", o.Namespace, "key", o.Key, "err", err)
+			}
+		}()
+		return wire.Entry{}, ctx.Err()
+	}
 }
 
 // heldError builds the *HeldError of a refused claim, reading the current holder if it can.
