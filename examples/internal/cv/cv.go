@@ -77,8 +77,9 @@ type Worker struct {
 
 type job struct {
 	lease          *lease.Lease
-	subscriptionID string
+	subscriptionID string // "" while the variant is not READY (its publisher went away, say)
 	sessionID      string
+	model          string
 	stop           context.CancelFunc
 }
 
@@ -183,16 +184,23 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		return reconciler.Result{}, nil
 	}
 	caps := c.tracker.Current()
-	src, ok := caps.Source(in.SourceID)
-	if !ok || !src.Online {
-		return reconciler.Result{}, nil
-	}
-	if j != nil && j.sessionID == src.SessionID {
-		return reconciler.Result{}, nil
-	}
+	src, srcOK := caps.Source(in.SourceID)
 	stream, _ := src.StreamByKind(in.MediaKind)
-	if v, ok := stream.Variant(in.VariantID); !ok || v.State != capabilities.StateReady {
-		return reconciler.Result{}, nil // subscribe only to what exists
+	v, vOK := stream.Variant(in.VariantID)
+	ready := srcOK && src.Online && vOK && v.State == capabilities.StateReady
+	if j != nil && j.subscriptionID != "" && (!ready || j.sessionID != src.SessionID || j.model != model) {
+		// The subscription is over (the variant is not READY: its publisher went away, and the media
+		// server ended its subscriptions) or must change (a new session, another model).
+		_ = c.cmds.Unsubscribe(ctx, j.subscriptionID)
+		j.stop()
+		j.subscriptionID = ""
+		c.cfg.Events("cv unsubscribed", req.Key, "")
+	}
+	if j != nil && j.subscriptionID != "" {
+		return reconciler.Result{}, nil // running as wanted
+	}
+	if !ready {
+		return reconciler.Result{}, nil // subscribe only to what exists; a capability change wakes us
 	}
 	if j == nil {
 		l, err := lease.Claim(ctx, c.w.Client(), lease.Options{Namespace: c.ns, Key: "leases/" + strings.TrimPrefix(req.Key, "intents/"),
@@ -204,30 +212,31 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 			return reconciler.Result{}, err
 		}
 		c.w.HoldLease(l.Key())
-		j = &job{lease: l}
-	} else if j.subscriptionID != "" {
-		_ = c.cmds.Unsubscribe(ctx, j.subscriptionID)
-		j.stop()
+		j = &job{lease: l, stop: func() {}}
+		c.mu.Lock()
+		c.active[req.Key] = j
+		c.mu.Unlock()
 	}
 	rep, err := c.cmds.Subscribe(ctx, capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID})
 	if err != nil {
+		c.mu.Lock()
+		delete(c.active, req.Key)
+		c.mu.Unlock()
 		c.w.DropLease(j.lease.Key())
 		_ = j.lease.Release(ctx)
 		return reconciler.Result{RequeueAfter: time.Second}, nil
 	}
 	jctx, stop := context.WithCancel(context.Background())
-	j.subscriptionID, j.sessionID, j.stop = rep.SubscriptionID, src.SessionID, stop
-	c.mu.Lock()
-	c.active[req.Key] = j
-	c.mu.Unlock()
+	j.subscriptionID, j.sessionID, j.model, j.stop = rep.SubscriptionID, src.SessionID, model, stop
 	c.cfg.Events("cv subscribed", req.Key, fmt.Sprintf("model %s on %s", model, rep.VariantID))
 	c.wg.Add(1)
-	go c.emit(jctx, req.Key, in.SourceID, model)
+	go c.emit(jctx, j.lease.Lost(), req.Key, in.SourceID, model)
 	return reconciler.Result{}, nil
 }
 
-// emit produces simulated detections while the job runs.
-func (c *Worker) emit(ctx context.Context, key, source, model string) {
+// emit produces simulated detections while the job runs and its lease is held: a worker that lost
+// the lease stops at once (the next reconcile unsubscribes and lets the lease go).
+func (c *Worker) emit(ctx context.Context, lost <-chan struct{}, key, source, model string) {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.EventEvery)
 	defer t.Stop()
@@ -235,6 +244,9 @@ func (c *Worker) emit(ctx context.Context, key, source, model string) {
 	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
+			return
+		case <-lost:
+			c.cfg.Events("cv lease lost", key, "")
 			return
 		case now := <-t.C:
 			d := Detection{SourceID: source, Model: model, Label: labels[n%len(labels)], Confidence: 0.5 + float64(n%5)/10, AtMs: now.UnixMilli()}
