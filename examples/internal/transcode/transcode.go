@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -74,6 +75,8 @@ type binding struct {
 	publicationID string
 	variantID     string
 	startedGen    uint64 // capabilities generation when the publication was started
+	// What the publication was started with: a change in the intent restarts it.
+	streamID, outputProfile, recordingMode string
 }
 
 // New builds a transcoder; Run runs it.
@@ -198,13 +201,12 @@ func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (rec
 			err = in.Validate()
 		}
 	}
-	if ok && err == nil && in.Role != reconciler.RolePublish {
-		return reconciler.Result{}, nil // subscribe intents are for viewers
-	}
-	if ok && err == nil && in.VariantID == "" {
+	// A subscribe intent is for viewers: one that was a publish intent lets its publication go.
+	publish := ok && err == nil && in.Role == reconciler.RolePublish
+	if publish && in.VariantID == "" {
 		err = &reconciler.ValidationError{Field: "variant_id", Message: "a transcoder publish intent names the output variant"}
 	}
-	if !ok || err != nil || !in.Desired {
+	if !ok || err != nil || !publish || !in.Desired {
 		t.mu.Lock()
 		b := t.held[req.Key]
 		delete(t.held, req.Key)
@@ -283,6 +285,21 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 		t.writeStatus(ctx, b, key, st)
 		return reconciler.Result{}, nil
 	}
+	if b.publicationID != "" && (b.streamID != stream.StreamID || b.outputProfile != in.OutputProfile || b.recordingMode != in.RecordingMode) {
+		// The intent changed what is published: stop the running publication, start the new one.
+		if err := t.cmds.StopPublication(ctx, b.publicationID); err != nil && !errors.Is(err, capabilities.ErrPublicationNotFound) {
+			return reconciler.Result{}, err
+		}
+		t.event("publication stopped", key, "the intent changed (recording %s, profile %s)", in.RecordingMode, in.OutputProfile)
+		b.publicationID = ""
+	}
+	if !slices.Contains(src.Publication.RecordingModes, in.RecordingMode) {
+		// SPEC section 12: the media server says what it can do; a command it rules out is not sent.
+		st.State, st.ErrorCode = reconciler.StateFailed, string(capabilities.CodeRecordingModeInvalid)
+		st.Message = fmt.Sprintf("source %s offers recording modes %v, not %q", in.SourceID, src.Publication.RecordingModes, in.RecordingMode)
+		t.writeStatus(ctx, b, key, st)
+		return reconciler.Result{}, nil // a capability change or an intent change re-enqueues
+	}
 	if b.publicationID == "" || b.sessionID != src.SessionID {
 		gen := caps.Generation
 		rep, err := t.cmds.StartPublication(ctx, capabilities.StartPublicationRequest{SessionID: src.SessionID, StreamID: stream.StreamID,
@@ -300,6 +317,7 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 			return reconciler.Result{}, err
 		}
 		b.publicationID, b.sessionID, b.variantID, b.startedGen = rep.PublicationID, src.SessionID, rep.VariantID, gen
+		b.streamID, b.outputProfile, b.recordingMode = stream.StreamID, in.OutputProfile, in.RecordingMode
 		t.event("publication started", key, "%s on session %s (recording %s)", rep.VariantID, src.SessionID, in.RecordingMode)
 	}
 	st.PublicationID = b.publicationID
