@@ -15,10 +15,9 @@ import (
 	"github.com/keeppeek/coordination/capabilities/sim"
 	"github.com/keeppeek/coordination/coordinator"
 	"github.com/keeppeek/coordination/examples/internal/cv"
-	"github.com/keeppeek/coordination/internal/testenv"
+	"github.com/keeppeek/coordination/examples/internal/simtest"
 	"github.com/keeppeek/coordination/lease"
 	"github.com/keeppeek/coordination/store/client"
-	"github.com/keeppeek/coordination/store/policy"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -31,39 +30,28 @@ const (
 )
 
 type fixture struct {
-	env   *testenv.Env
-	sim   *sim.Sim
-	coord *coordinator.Coordinator
-	admin *client.Client
-	pub   *capabilities.Commands
+	*simtest.Env
+	pub *capabilities.Commands
 }
 
 func setup(t *testing.T) *fixture {
-	t.Helper()
-	env := testenv.Start(t, testenv.Options{Principals: []policy.Principal{
-		{ID: "coordinator", Admin: true}, {ID: "transcoder-a", Admin: true}, {ID: "cv", Admin: true}, {ID: "media"}}})
-	s := sim.New(env.Connect(t, "media"), sim.Options{Sources: sim.Sources(src), ReadyDelay: 50 * time.Millisecond})
-	sctx, scancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer scancel()
-	if err := s.Start(sctx); err != nil {
+	e := simtest.Start(t, sim.Sources(src), "transcoder-a", "cv")
+	pub, err := capabilities.NewCommands(e.Connect(t, "transcoder-a"), "transcoder-a")
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Stop)
-	admin, _ := client.New(env.Connect(t, "coordinator"), "coordinator")
-	co, _ := coordinator.New(admin)
-	pub, _ := capabilities.NewCommands(env.Connect(t, "transcoder-a"), "transcoder-a")
-	return &fixture{env: env, sim: s, coord: co, admin: admin, pub: pub}
+	return &fixture{Env: e, pub: pub}
 }
 
 func (f *fixture) publish(t *testing.T) {
 	t.Helper()
-	sess, _, _ := f.sim.SessionID(src)
+	sess, _, _ := f.Sim.SessionID(src)
 	if _, err := f.pub.StartPublication(t.Context(), capabilities.StartPublicationRequest{SessionID: sess, StreamID: "video",
 		VariantID: variant, OutputProfile: variant, RecordingMode: "disabled"}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "variant READY", func() bool {
-		v, ok := f.sim.Capabilities().Variant(src, "video", variant)
+		v, ok := f.Sim.Capabilities().Variant(src, "video", variant)
 		return ok && v.State == capabilities.StateReady
 	})
 }
@@ -112,15 +100,12 @@ func (e *events) after(mark, kind string) int {
 func (f *fixture) cvWorker(t *testing.T, id string) *events {
 	t.Helper()
 	ev := &events{}
-	w, err := cv.New(cv.Config{Conn: f.env.Connect(t, "cv"), Principal: "cv", WorkerID: id, LeaseTTL: 3 * time.Second,
+	w, err := cv.New(cv.Config{Conn: f.Connect(t, "cv"), Principal: "cv", WorkerID: id, LeaseTTL: 3 * time.Second,
 		EventEvery: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), Events: func(kind, _, detail string) { ev.add(kind, detail) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	simtest.Run(t, w.Run)
 	return ev
 }
 
@@ -129,7 +114,7 @@ func (f *fixture) modelIntent(t *testing.T, model string) {
 	in := coordinator.SubscribeIntent(src, "video")
 	in.VariantID = variant
 	in.Parameters = map[string]json.RawMessage{"cv-a": json.RawMessage(`{"model_profile":"` + model + `"}`)}
-	if _, err := f.coord.PutIntent(t.Context(), cvNS, intent, in); err != nil {
+	if _, err := f.Coord.PutIntent(t.Context(), cvNS, intent, in); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -144,17 +129,7 @@ func cvSubs(s *sim.Sim) []sim.SubscriptionInfo {
 	return out
 }
 
-// waitFor polls cond (the simulator's state has no events to await) until it holds, for at most d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+var waitFor = simtest.WaitFor
 
 // The transcoder's publication is taken over (the demo's failover: the standby's start_publication
 // replaces the dead worker's): the media server ends the subscriptions to the variant, and the CV
@@ -164,11 +139,11 @@ func TestCVResubscribesAfterPublisherTakeover(t *testing.T) {
 	f.publish(t)
 	f.cvWorker(t, "cv-1")
 	f.modelIntent(t, "person-detector")
-	waitFor(t, 10*time.Second, "cv subscribed", func() bool { return len(cvSubs(f.sim)) == 1 })
-	first := cvSubs(f.sim)[0].ID
+	waitFor(t, 10*time.Second, "cv subscribed", func() bool { return len(cvSubs(f.Sim)) == 1 })
+	first := cvSubs(f.Sim)[0].ID
 	f.publish(t)
 	waitFor(t, 10*time.Second, "cv subscribed again", func() bool {
-		subs := cvSubs(f.sim)
+		subs := cvSubs(f.Sim)
 		return len(subs) == 1 && subs[0].ID != first
 	})
 }
@@ -192,17 +167,17 @@ func TestCVStopsWhenItsLeaseIsLost(t *testing.T) {
 	ev := f.cvWorker(t, "cv-1")
 	f.modelIntent(t, "person-detector")
 	waitFor(t, 10*time.Second, "detections", func() bool { return ev.last("detection") != "" })
-	if _, err := f.admin.Delete(t.Context(), wire.DeleteRequest{Namespace: cvNS, Key: leaseKey}); err != nil {
+	if _, err := f.Admin.Delete(t.Context(), wire.DeleteRequest{Namespace: cvNS, Key: leaseKey}); err != nil {
 		t.Fatal(err)
 	}
-	other, _ := client.New(f.env.Connect(t, "cv"), "cv")
+	other, _ := client.New(f.Connect(t, "cv"), "cv")
 	l, err := lease.Claim(t.Context(), other, lease.Options{Namespace: cvNS, Key: leaseKey, Holder: "cv-2", TTL: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Release(context.Background())
 	waitFor(t, 10*time.Second, "cv-1 learns it lost", func() bool { return ev.after("cv lease lost", "detection") >= 0 })
-	waitFor(t, 10*time.Second, "cv-1 lets the job go", func() bool { return len(cvSubs(f.sim)) == 0 })
+	waitFor(t, 10*time.Second, "cv-1 lets the job go", func() bool { return len(cvSubs(f.Sim)) == 0 })
 	if n := ev.after("cv lease lost", "detection"); n != 0 {
 		t.Fatalf("cv-1 emitted %d detections after it learned it had lost the lease", n)
 	}
