@@ -11,7 +11,10 @@
 // The lease's current revision is a fencing token. Lease.Put and Lease.Delete send it as the guard of
 // their write, and the store commits the write only while the lease entry is still at that revision:
 // a worker that lost its lease, however late it wakes up, cannot write on its behalf. Held and the
-// local refusal (ErrNotHeld) are the early answer; the guard is the protection.
+// local refusal (ErrNotHeld) are the early answer; the guard is the protection. A revision means
+// something only in the store's epoch (SPEC section 4): a restore starts a new one, where another
+// claim may reach the same number, so renewals, guarded writes and Release first ask the store's epoch,
+// and a lease claimed in another epoch is lost (ErrRestored) without a write.
 //
 // Campaign is the standby: it claims, and while the lease is held it watches the key and claims again
 // as soon as the entry is deleted or expires, without polling. Elector runs a singleton job on one
