@@ -51,7 +51,6 @@ type Tracker struct {
 	mu        sync.Mutex
 	caps      *ServerCapabilities // installed snapshot; never modified; nil before the first
 	announced uint64              // highest generation announced on changed
-	restarted bool                // an announcement went back: the next fetch is installed whatever its generation
 	changed   chan struct{}       // closed and replaced on every install
 	notify    map[chan struct{}]struct{}
 	started   bool
@@ -170,15 +169,7 @@ func (t *Tracker) onChanged(m *nats.Msg) {
 	}
 	t.mu.Lock()
 	held := t.heldLocked()
-	// Generations only grow (SPEC section 12), so one that goes back is a media server that
-	// restarted and counts again: its sessions and publications are new, and the snapshot held says
-	// nothing of them.
-	restarted := t.caps != nil && c.Generation < held
-	if restarted {
-		t.restarted, t.announced = true, c.Generation
-		t.log.Warn("capabilities: the media server's generation went back: it restarted; fetching anew", "held", held, "announced", c.Generation)
-	}
-	fetch := t.caps == nil || c.Generation > held || restarted
+	fetch := t.caps == nil || c.Generation > held
 	if c.Generation > t.announced {
 		t.announced = c.Generation
 	}
@@ -323,10 +314,10 @@ func (t *Tracker) fetchOnce(ctx context.Context) (caughtUp bool, err error) {
 func (t *Tracker) install(caps *ServerCapabilities) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.caps != nil && caps.Generation <= t.caps.Generation && !(t.restarted && caps.Generation >= t.announced) {
+	if t.caps != nil && caps.Generation <= t.caps.Generation {
 		return false
 	}
-	t.caps, t.restarted = caps, false
+	t.caps = caps
 	close(t.changed)
 	t.changed = make(chan struct{})
 	for ch := range t.notify {

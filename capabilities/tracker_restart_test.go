@@ -8,9 +8,8 @@ import (
 	"github.com/keeppeek/coordination/capabilities/sim"
 )
 
-// The media server restarts (a new process: its generation counter starts again at 1, its sources
-// get new sessions): its generation goes back, which SPEC 12 rules out for a running server, so the
-// tracker takes it for a restart and follows the new server rather than keeping the old snapshot.
+// The media server restarts (a new process, its sources with new sessions), counting its generations on
+// from where it was (SPEC 12: generations only grow): the tracker follows the new server.
 func TestTrackerFollowsARestartedMediaServer(t *testing.T) {
 	e := newEnv(t, sim.Options{Sources: sim.Sources("front-door")})
 	tr, _ := e.tracker(capabilities.TrackerOptions{}, nil)
@@ -23,7 +22,7 @@ func TestTrackerFollowsARestartedMediaServer(t *testing.T) {
 	}
 	oldSess, _, _ := e.sim.SessionID("front-door")
 	e.sim.Stop()
-	restarted := sim.New(connect(t, e.url), sim.Options{Sources: sim.Sources("front-door", "back-yard")})
+	restarted := sim.New(connect(t, e.url), sim.Options{Sources: sim.Sources("front-door", "back-yard"), After: e.sim.Generation()})
 	if err := restarted.Start(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,10 @@ type Options struct {
 	Failing []VariantRef
 	// Logger logs every command and its outcome at Info, and publishing failures. Default: discard.
 	Logger *slog.Logger
+	// After is the generation the simulator counts on from: Start announces After+1. Generations only
+	// grow (SPEC section 12), across restarts too: a simulator that replaces another must start after
+	// the generations it announced (cmd/mediasim uses the clock). Default 0.
+	After uint64
 }
 
 // SourceConfig describes a simulated source.
@@ -166,7 +170,7 @@ type publication struct {
 // New returns a simulator over nc; it serves nothing until Start. Invalid options make Start fail.
 func New(nc *nats.Conn, opts Options) *Sim {
 	s := &Sim{
-		nc: nc, prefix: opts.Prefix, readyDelay: opts.ReadyDelay, log: opts.Logger,
+		nc: nc, prefix: opts.Prefix, readyDelay: opts.ReadyDelay, log: opts.Logger, generation: opts.After,
 		pubs: map[string]*publication{}, subs: map[string]*SubscriptionInfo{}, failing: map[VariantRef]bool{},
 	}
 	if s.prefix == "" {
@@ -242,7 +246,7 @@ func newID(prefix string) string {
 }
 
 // Start subscribes to the capability request and command subjects and announces the first generation
-// (1); when it returns, the NATS server has both. It fails on invalid options, a second call, or a failed subscription (then nothing is served).
+// (Options.After+1); when it returns, the NATS server has both. It fails on invalid options, a second call, or a failed subscription (then nothing is served).
 func (s *Sim) Start(ctx context.Context) error {
 	if s.optErr != nil {
 		return s.optErr

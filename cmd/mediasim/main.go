@@ -63,7 +63,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	opts := sim.Options{Prefix: *prefix, ReadyDelay: *readyDelay, Logger: log}
+	// Generations only grow, across restarts too (SPEC section 12): count on from the clock, so a
+	// restarted simulator announces generations above those of the one it replaces.
+	opts := sim.Options{Prefix: *prefix, ReadyDelay: *readyDelay, Logger: log, After: uint64(time.Now().UnixMilli())}
 	for id := range strings.SplitSeq(*sources, ",") {
 		if id = strings.TrimSpace(id); id != "" {
 			opts.Sources = append(opts.Sources, sim.SourceConfig{SourceID: id})
