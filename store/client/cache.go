@@ -130,6 +130,7 @@ type Cache struct {
 	entries map[string]wire.Entry
 	rev     uint64
 	epoch   string        // the store's epoch (from info) when the installed snapshot was taken
+	stalled error         // non-nil while the cache cannot watch again for a reason retrying may not cure
 	changed chan struct{} // closed and replaced whenever rev or epoch changes
 
 	resyncs atomic.Uint64
@@ -270,10 +271,13 @@ func (k *Cache) WaitForRevision(ctx context.Context, rev uint64) error {
 func (k *Cache) WaitForRevisionIn(ctx context.Context, epoch string, rev uint64) error {
 	for {
 		k.mu.RLock()
-		cur, now, ch := k.rev, k.epoch, k.changed
+		cur, now, stalled, ch := k.rev, k.epoch, k.stalled, k.changed
 		k.mu.RUnlock()
 		if now != epoch {
 			return ErrEpochChanged
+		}
+		if stalled != nil && cur < rev {
+			return fmt.Errorf("store/client: the cache cannot watch again: %w", stalled)
 		}
 		if cur >= rev {
 			return nil
@@ -286,6 +290,16 @@ func (k *Cache) WaitForRevisionIn(ctx context.Context, epoch string, rev uint64)
 			return ErrCacheClosed
 		}
 	}
+}
+
+// Err returns why the cache cannot watch again, while that lasts: an error the store answered that
+// retrying may not cure (PERMISSION_DENIED once the principal lost read permission, WATCH_TOO_BROAD,
+// ...). The cache goes on retrying with backoff, and its entries, the last it had, go stale meanwhile;
+// WaitForRevision for a revision it has not reached returns the error. nil while the cache follows.
+func (k *Cache) Err() error {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.stalled
 }
 
 // Done is closed once the cache follows nothing more: after Close, or when its NATS connection was
@@ -516,6 +530,17 @@ func (k *Cache) resync(reason string) error {
 		if !k.installed && !transient(err) {
 			return err
 		}
+		if !transient(err) {
+			// PERMISSION_DENIED (the principal lost read permission), WATCH_TOO_BROAD, ...: the cache
+			// keeps trying (a reload may give the permission back) but says so: Err, and waiters.
+			k.mu.Lock()
+			if k.stalled == nil {
+				k.stalled = err
+				close(k.changed)
+				k.changed = make(chan struct{})
+			}
+			k.mu.Unlock()
+		}
 		if errors.Is(err, wire.ErrWatchExists) {
 			// The previous incarnation (or a predecessor's watch of the same id) is still live.
 			uerr := k.unwatch()
@@ -629,6 +654,7 @@ func (k *Cache) attempt() error {
 		k.log.Warn("state cache resynced to a new epoch: the store was restored", "old_epoch", k.epoch, "epoch", epoch)
 	}
 	k.epoch = epoch
+	k.stalled = nil
 	k.setRevLocked(ws.SnapshotRevision)
 	k.mu.Unlock()
 	k.sub, k.in, k.tr, k.acked, k.ackSent = sub, in, newTracker(ws), 0, true

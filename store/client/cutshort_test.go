@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/keeppeek/coordination/internal/testenv"
+	"github.com/keeppeek/coordination/store/policy"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -147,5 +148,47 @@ func TestCacheStopsWhenItsConnectionCloses(t *testing.T) {
 	}
 	if _, ok := k.Get("p/a"); !ok {
 		t.Fatal("the cache's entries are gone")
+	}
+}
+
+// A cache whose principal lost read permission cannot watch again: it says so (Err, and a
+// WaitForRevision it cannot satisfy returns the store's PERMISSION_DENIED at once), keeps retrying,
+// and follows again once the permission is back.
+func TestCacheSaysWhenItCannotWatchAgain(t *testing.T) {
+	env := startEnv(t)
+	c := newClient(t, env, alice.ID)
+	e, err := c.Put(ctxT(t), preference("user/alice", "p/a", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := c.NewCache(ctxT(t), CacheOptions{Namespace: "user/alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if err := env.Server.SetPrincipals([]policy.Principal{admin, bob}); err != nil { // alice is removed
+		t.Fatal(err)
+	}
+	if err := k.WaitForRevision(ctxT(t), e.Revision+1); !errors.Is(err, wire.ErrPermissionDenied) {
+		t.Fatalf("a wait on a cache that lost its permission: %v, want PERMISSION_DENIED", err)
+	}
+	if !errors.Is(k.Err(), wire.ErrPermissionDenied) {
+		t.Fatalf("Err() = %v", k.Err())
+	}
+	if err := env.Server.SetPrincipals([]policy.Principal{admin, alice, bob}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(testTimeout)
+	for k.Err() != nil { // the cache retries with backoff: no event to await
+		if time.Now().After(deadline) {
+			t.Fatalf("the cache did not follow again once the permission was back: %v", k.Err())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := c.Put(ctxT(t), preference("user/alice", "p/b", "1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.WaitForRevision(ctxT(t), e.Revision+1); err != nil {
+		t.Fatal(err)
 	}
 }
