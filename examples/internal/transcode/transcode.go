@@ -379,12 +379,15 @@ func (t *Transcoder) writeStatus(ctx context.Context, b *binding, key string, st
 
 // stopBinding stops the publication, reports stopped and releases the lease.
 func (t *Transcoder) stopBinding(ctx context.Context, key string, b *binding, why string) {
-	if b.lease.Held() {
-		if b.publicationID != "" {
-			if err := t.cmds.StopPublication(ctx, b.publicationID); err != nil && !errors.Is(err, capabilities.ErrPublicationNotFound) {
-				t.cfg.Logger.Warn("stop publication", "intent", key, "err", err)
-			}
+	// Our own publication goes, by its id, whether or not the lease is still held: left running after
+	// a loss it would hold the variant against the new holder (a CONFLICT when it publishes as another
+	// principal); one the new holder already replaced is not found, which is fine.
+	if b.publicationID != "" {
+		if err := t.cmds.StopPublication(ctx, b.publicationID); err != nil && !errors.Is(err, capabilities.ErrPublicationNotFound) {
+			t.cfg.Logger.Warn("stop publication", "intent", key, "err", err)
 		}
+	}
+	if b.lease.Held() { // the status is the lease holder's to write
 		t.writeStatus(ctx, b, key, reconciler.ObservedStatus{SubjectKey: key, State: reconciler.StateStopped,
 			ObservedAtMs: time.Now().UnixMilli(), Message: why, Holder: t.cfg.WorkerID})
 	}

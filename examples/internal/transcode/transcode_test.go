@@ -119,3 +119,22 @@ func TestRecordingModeCheckedAgainstCapabilities(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A transcoder that loses its lease stops its own publication: left running it would hold the
+// variant against the new holder.
+func TestLostLeaseStopsThePublication(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	f.transcoder(t, "tx-1")
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "publication READY", func() bool { _, ok := readyPublication(f); return ok })
+	// Another holder's entry replaces tx-1's (an operator, or an expiry during a stall and a new claim):
+	// tx-1's next renewal is refused.
+	ttl := int64(60_000)
+	if _, err := f.Admin.Put(t.Context(), wire.PutRequest{Namespace: ns, Key: "leases/front-door-video-browser-h264-720p",
+		Schema: wire.SchemaLease, Document: []byte(`{"holder":"tx-2","claimed_at_ms":1}`), TTLMs: &ttl}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "tx-1's publication stopped", func() bool { return len(f.Sim.Publications()) == 0 })
+}
