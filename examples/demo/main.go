@@ -157,7 +157,7 @@ func run(keep, verbose bool, timeout time.Duration) error {
 			return err
 		}
 		t, err := transcode.New(transcode.Config{Conn: nc, Principal: principal, WorkerID: id, Service: service, LeaseTTL: leaseTTL,
-			HeartbeatInterval: 500 * time.Millisecond, Logger: logger, Events: func(e transcode.Event) { events <- e }})
+			HeartbeatInterval: 500 * time.Millisecond, Logger: logger, Events: func(e transcode.Event) { offer(events, e) }})
 		if err != nil {
 			return err
 		}
@@ -170,7 +170,7 @@ func run(keep, verbose bool, timeout time.Duration) error {
 	}
 	viewerEvents := make(chan string, 16)
 	viewer, err := view.New(view.Config{Conn: viewerConn, Principal: principal, WorkerID: "viewer-1", Logger: logger,
-		Events: func(kind, intent, detail string) { viewerEvents <- kind + ": " + detail }})
+		Events: func(kind, intent, detail string) { offer(viewerEvents, kind+": "+detail) }})
 	if err != nil {
 		return err
 	}
@@ -248,6 +248,15 @@ func run(keep, verbose bool, timeout time.Duration) error {
 	}
 	say("done")
 	return nil
+}
+
+// offer hands an event to the narration without ever blocking the worker that reports it: once the
+// tour stops reading (after the failover, with --keep) the events are dropped.
+func offer[T any](ch chan<- T, v T) {
+	select {
+	case ch <- v:
+	default:
+	}
 }
 
 // follow narrates transcoder and viewer events until a transcoder (other than skip) reports its
