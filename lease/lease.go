@@ -114,10 +114,10 @@ func claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 
 // claimPut sends the claim's create-only put. If ctx ends before the reply, the put may still commit,
 // and the key would look held by nobody running for a whole TTL: the request runs on in the background
-// (until the later of ctx's deadline and the TTL), and a claim that committed is deleted then, by its
-// own revision.
+// (until the later of ctx's deadline and the client's request timeout, as any request may take), and
+// a claim that committed is deleted then, by its own revision.
 func claimPut(ctx context.Context, c *client.Client, o Options, req wire.PutRequest) (wire.Entry, error) {
-	deadline := time.Now().Add(o.TTL)
+	deadline := time.Now().Add(c.RequestTimeout())
 	if d, ok := ctx.Deadline(); ok && d.After(deadline) {
 		deadline = d
 	}
@@ -454,6 +454,10 @@ func (l *Lease) checkEpoch(ctx context.Context) (epochCheck, error) {
 	info, err := l.c.Info(ctx)
 	if err != nil {
 		return epochUnknown, err
+	}
+	if info.Epoch == "" {
+		// A store that is not served has no epoch: it says nothing of a restore.
+		return epochUnknown, wire.Errorf(wire.CodeUnavailable, "the store reports no epoch (not served)")
 	}
 	if info.Epoch != l.epoch {
 		l.lose(fmt.Errorf("%w: %w (epoch %s, claimed in %s): its revision is void", ErrLost, ErrRestored, info.Epoch, l.epoch), true)

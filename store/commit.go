@@ -173,6 +173,10 @@ func (s *Store) arm() time.Duration {
 		s.armedAtMs = math.MaxInt64
 		return time.Hour
 	}
+	if s.halted.Load() != nil {
+		s.armedAtMs = math.MaxInt64
+		return time.Hour // a stopped store commits nothing: no expiry to wake for
+	}
 	s.armedAtMs = d.atMs
 	wait := s.untilMs(d.atMs) + time.Millisecond // expiry is inclusive: at atMs the entry is already gone
 	if s.commitFailed {
@@ -543,7 +547,9 @@ func (s *Store) persist(st *stage) error {
 		return err
 	}
 	if err := s.be.commit(bt); err != nil {
-		s.restoreSettings(saved)
+		if !errors.Is(err, errCommitUncertain) { // else the batch may be in the database: the files stay with it
+			s.restoreSettings(saved)
+		}
 		return err
 	}
 	s.audit = head

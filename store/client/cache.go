@@ -246,7 +246,7 @@ func (k *Cache) Revision() uint64 {
 }
 
 // Epoch returns the store's epoch (SPEC section 4) that the cache's entries and Revision belong to,
-// as info reported it before the installed snapshot was taken ("" if info did not answer then). A
+// as info reported it before the installed snapshot was taken. A
 // restore starts a new epoch: revisions of the old one are void, and the cache's Revision can go down.
 // Compare it across a write and a WaitForRevision to be sure both speak of the same store.
 func (k *Cache) Epoch() string {
@@ -619,12 +619,15 @@ func (k *Cache) attempt() error {
 	// The server's max_pending_updates and ack_deadline_ms set how many updates may wait for an ack,
 	// and for how long. Without an answer, the cache keeps what it knew (at first, what the default
 	// bounds allow) and the watch request says what is wrong, if anything.
-	epoch := k.Epoch() // kept when info does not answer
-	if info, err := k.c.Info(k.ctx); err == nil {
-		epoch = info.Epoch
-		if info.Bounds.MaxPendingUpdates > 0 && info.Bounds.AckDeadlineMs > 0 {
-			k.useBounds(info.Bounds)
-		}
+	// The snapshot is installed under the epoch info reports; without it the cache could not tell a
+	// restore, so an attempt whose info fails fails (and is retried).
+	info, err := k.c.Info(k.ctx)
+	if err != nil {
+		return fmt.Errorf("store/client: info before watch %s: %w", k.watchID, err)
+	}
+	epoch := info.Epoch
+	if info.Bounds.MaxPendingUpdates > 0 && info.Bounds.AckDeadlineMs > 0 {
+		k.useBounds(info.Bounds)
 	}
 	in := newInbox()
 	sub, err := k.c.nc.Subscribe(k.c.watchSubject(k.watchID), in.push)

@@ -107,6 +107,9 @@ func (c *Client) Principal() string { return c.principal }
 // Conn returns the NATS connection the client uses.
 func (c *Client) Conn() *nats.Conn { return c.nc }
 
+// RequestTimeout is how long a request may take when its context has no deadline.
+func (c *Client) RequestTimeout() time.Duration { return c.timeout }
+
 func (c *Client) requestSubject(op wire.Op) string {
 	return wire.StateSubject(c.prefix, c.principal, op)
 }

@@ -16,8 +16,11 @@
 // restore starts a new one, and a wait for a revision of the old epoch ends with ErrEpochChanged.
 //
 // A watch request given up (its context ended) may still register the watch on the server; the client
-// waits for its reply in the background and unwatches what it registered, so no watch id or slot is
-// left taken.
+// waits for its reply in the background and unwatches what it registered, unless a later request for
+// the same id was sent meanwhile (that caller owns the id: WATCH_EXISTS then means the earlier
+// registration still holds it; unwatch, then watch again, as a Cache does). A request that gets no
+// reply at all, within the later of its context's deadline and the request timeout, has an unknown
+// outcome, as any request without a reply.
 //
 // The connection must use the principal's inbox prefix `_INBOX.<principal>` (the server's NATS
 // permissions allow no other); Connect sets it.
