@@ -113,45 +113,23 @@ func claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 }
 
 // claimPut sends the claim's create-only put. If ctx ends before the reply, the put may still commit,
-// and the key would look held by nobody running for a whole TTL: the request runs on in the background
-// (until the later of ctx's deadline and the client's request timeout, as any request may take), and
-// a claim that committed is deleted then, by its own revision.
+// and the key would look held by nobody running for a whole TTL: it is run through to its reply
+// (client.Finish), and a claim that committed is deleted then, by its own revision.
 func claimPut(ctx context.Context, c *client.Client, o Options, req wire.PutRequest) (wire.Entry, error) {
-	deadline := time.Now().Add(c.RequestTimeout())
-	if d, ok := ctx.Deadline(); ok && d.After(deadline) {
-		deadline = d
-	}
-	pctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	type answer struct {
-		e   wire.Entry
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		defer cancel()
-		e, err := c.Put(pctx, req)
-		done <- answer{e, err}
-	}()
-	select {
-	case a := <-done:
-		return a.e, a.err
-	case <-ctx.Done():
-		go func() {
-			a := <-done
-			if a.err != nil {
+	return client.Finish(ctx, c, func(pctx context.Context) (wire.Entry, error) { return c.Put(pctx, req) },
+		func(e wire.Entry, err error) {
+			if err != nil {
 				return
 			}
 			dctx, cancel := context.WithTimeout(context.Background(), o.TTL)
 			defer cancel()
-			rev := int64(a.e.Revision)
+			rev := int64(e.Revision)
 			if _, err := c.Delete(dctx, wire.DeleteRequest{Namespace: o.Namespace, Key: o.Key, ExpectedRevision: &rev}); err != nil &&
 				!errors.Is(err, wire.ErrNotFound) && !errors.Is(err, wire.ErrConflict) {
 				o.Logger.Warn("a claim given up committed, and could not be deleted: the key stays held until its TTL",
 					"namespace", o.Namespace, "key", o.Key, "err", err)
 			}
-		}()
-		return wire.Entry{}, ctx.Err()
-	}
+		})
 }
 
 // heldError builds the *HeldError of a refused claim, reading the current holder if it can.

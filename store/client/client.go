@@ -107,8 +107,39 @@ func (c *Client) Principal() string { return c.principal }
 // Conn returns the NATS connection the client uses.
 func (c *Client) Conn() *nats.Conn { return c.nc }
 
-// RequestTimeout is how long a request may take when its context has no deadline.
-func (c *Client) RequestTimeout() time.Duration { return c.timeout }
+// Finish runs request, a request that may change the store (a watch, a claim), through to its reply
+// even when ctx ends first: until the later of ctx's deadline and c's request timeout. If the reply
+// comes before ctx ends, Finish returns it. Otherwise it returns ctx.Err() itself at once, and calls late
+// with the request's result when it comes (on a goroutine of its own), so the caller can undo what a
+// request it gave up on did after all.
+func Finish[T any](ctx context.Context, c *Client, request func(context.Context) (T, error), late func(T, error)) (T, error) {
+	deadline := time.Now().Add(c.timeout)
+	if d, ok := ctx.Deadline(); ok && d.After(deadline) {
+		deadline = d
+	}
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	type answer struct {
+		v   T
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		defer cancel()
+		v, err := request(rctx)
+		done <- answer{v, err}
+	}()
+	select {
+	case a := <-done:
+		return a.v, a.err
+	case <-ctx.Done():
+		go func() {
+			a := <-done
+			late(a.v, a.err)
+		}()
+		var zero T
+		return zero, ctx.Err()
+	}
+}
 
 func (c *Client) requestSubject(op wire.Op) string {
 	return wire.StateSubject(c.prefix, c.principal, op)

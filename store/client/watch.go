@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -71,38 +70,22 @@ func (c *Client) Watch(ctx context.Context, req wire.WatchRequest) (*Watch, erro
 // An unwatch sent at once instead could reach the server before the watch it means.
 func (c *Client) watchRequest(ctx context.Context, req wire.WatchRequest) (*wire.WatchState, error) {
 	req.RequestID = c.nextID()
-	deadline := time.Now().Add(c.timeout)
-	if d, ok := ctx.Deadline(); ok && d.After(deadline) {
-		deadline = d
-	}
-	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	type answer struct {
-		res wire.Result
-		err error
-	}
-	done := make(chan answer, 1)
 	c.startWatchRequest(req.WatchID, req.RequestID)
-	go func() {
-		defer cancel()
+	latest := false // set when the reply comes: no later request for the id was sent meanwhile
+	res, err := Finish(ctx, c, func(rctx context.Context) (wire.Result, error) {
 		res, err := c.call(rctx, wire.OpWatch, req.RequestID, &req)
-		done <- answer{res, err}
-	}()
-	var res wire.Result
-	select {
-	case a := <-done:
-		c.endWatchRequest(req.WatchID, req.RequestID)
-		if a.err != nil {
-			return nil, a.err
+		latest = c.endWatchRequest(req.WatchID, req.RequestID)
+		return res, err
+	}, func(_ wire.Result, err error) {
+		if latest && err == nil {
+			c.reap(req.WatchID)
 		}
-		res = a.res
-	case <-ctx.Done():
-		go func() {
-			a := <-done
-			if c.endWatchRequest(req.WatchID, req.RequestID) && a.err == nil {
-				c.reap(req.WatchID)
-			}
-		}()
-		return nil, fmt.Errorf("store/client: %s request on %s: %w", wire.OpWatch, c.requestSubject(wire.OpWatch), ctx.Err())
+	})
+	if ctxErr := ctx.Err(); ctxErr != nil && err == ctxErr { // given up: Finish returns ctx.Err() itself
+		return nil, fmt.Errorf("store/client: %s request on %s: %w", wire.OpWatch, c.requestSubject(wire.OpWatch), err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if res.Watch == nil {
 		return nil, protocolError(wire.OpWatch, "no watch")
