@@ -35,18 +35,7 @@ func TestE2ECacheAcrossARestore(t *testing.T) {
 		}
 	}
 	put("items/a")
-	if code := s.Term(); code != 0 {
-		t.Fatalf("stated exited %d", code)
-	}
-	backup := filepath.Join(t.TempDir(), "backup.db")
-	data, err := os.ReadFile(s.DatabasePath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(backup, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
+	backup := offlineBackup(t, s)
 
 	cache, err := reader.NewCache(ctx, client.CacheOptions{Namespace: "service/tx", KeyPrefix: "items/", CheckInterval: 200 * time.Millisecond})
 	if err != nil {
@@ -65,13 +54,7 @@ func TestE2ECacheAcrossARestore(t *testing.T) {
 	waited := make(chan error, 1)
 	go func() { waited <- cache.WaitForRevision(ctx, mine.Revision+100) }()
 
-	if code := s.Term(); code != 0 {
-		t.Fatalf("stated exited %d", code)
-	}
-	if out, err := execCommand(e2e.Binary(t, "stated"), "restore", "--config", s.ConfigPath, backup).CombinedOutput(); err != nil {
-		t.Fatalf("stated restore: %v\n%s", err, out)
-	}
-	s.Start()
+	restoreWith(t, s, backup)
 
 	select {
 	case err := <-waited:
@@ -95,4 +78,34 @@ func TestE2ECacheAcrossARestore(t *testing.T) {
 	if err := cache.WaitForRevisionIn(ctx, oldEpoch, mine.Revision); !errors.Is(err, client.ErrEpochChanged) {
 		t.Fatalf("WaitForRevisionIn(old epoch, %d) = %v, want ErrEpochChanged", mine.Revision, err)
 	}
+}
+
+// offlineBackup stops stated, copies its database aside and starts it again; it returns the copy.
+func offlineBackup(t *testing.T, s *e2e.Stated) string {
+	t.Helper()
+	if code := s.Term(); code != 0 {
+		t.Fatalf("stated exited %d", code)
+	}
+	backup := filepath.Join(t.TempDir(), "backup.db")
+	data, err := os.ReadFile(s.DatabasePath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(backup, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	return backup
+}
+
+// restoreWith stops stated, restores backup with `stated restore` (a new epoch) and starts it again.
+func restoreWith(t *testing.T, s *e2e.Stated, backup string) {
+	t.Helper()
+	if code := s.Term(); code != 0 {
+		t.Fatalf("stated exited %d", code)
+	}
+	if out, err := execCommand(e2e.Binary(t, "stated"), "restore", "--config", s.ConfigPath, backup).CombinedOutput(); err != nil {
+		t.Fatalf("stated restore: %v\n%s", err, out)
+	}
+	s.Start()
 }

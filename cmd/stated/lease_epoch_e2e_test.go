@@ -2,12 +2,9 @@ package main_test
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/keeppeek/coordination/internal/e2e"
 	"github.com/keeppeek/coordination/lease"
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
@@ -35,26 +32,9 @@ func TestE2ELeaseAcrossARestore(t *testing.T) {
 		}
 	}
 	// A backup taken while nobody led.
-	if code := s.Term(); code != 0 {
-		t.Fatalf("stated exited %d", code)
-	}
-	backup := filepath.Join(t.TempDir(), "backup.db")
-	data, err := os.ReadFile(s.DatabasePath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(backup, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
+	backup := offlineBackup(t, s)
 	la := claim(a, "replica-a") // a minute's TTL: no renewal happens during the test
-	if code := s.Term(); code != 0 {
-		t.Fatalf("stated exited %d", code)
-	}
-	if out, err := execCommand(e2e.Binary(t, "stated"), "restore", "--config", s.ConfigPath, backup).CombinedOutput(); err != nil {
-		t.Fatalf("stated restore: %v\n%s", err, out)
-	}
-	s.Start()
+	restoreWith(t, s, backup)
 	lb := claim(b, "replica-b")
 	if lb.Revision() != la.Revision() {
 		t.Logf("B holds revision %d, A held %d", lb.Revision(), la.Revision())
