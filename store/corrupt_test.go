@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -388,12 +389,13 @@ func openRecovering(path string, opts Options) (s *Store, err error) {
 	return Open(path, opts)
 }
 
-// corruptChildEnv carries a database path to the child process of TestCorruptTruncatedNoFatalFault.
+// corruptChildEnv carries a database path to TestCorruptChild, the child process of openInChild.
 const corruptChildEnv = "STORE_CORRUPT_CHILD"
 
-// TestCorruptChild is the child process of TestCorruptTruncatedNoFatalFault, not a test of its own:
-// without STORE_CORRUPT_CHILD it returns at once. With it, it opens the store at that path, with no
-// fault protection at all (as a server would), and prints "unavailable: <reason>" or "served".
+// TestCorruptChild is the child process of openInChild, not a test of its own: without
+// STORE_CORRUPT_CHILD it returns at once. With it, it opens the store at that path, with no fault
+// protection at all (as a server would), and prints "unavailable: <reason>", or, after a read, an
+// audit verification and a write, "served".
 func TestCorruptChild(t *testing.T) {
 	path := os.Getenv(corruptChildEnv)
 	if path == "" {
@@ -406,6 +408,10 @@ func TestCorruptChild(t *testing.T) {
 	case s.Unavailable() != nil:
 		fmt.Printf("unavailable: %v\n", s.Unavailable())
 	default:
+		ctx := context.Background()
+		_, _ = s.List(ctx, admin, wire.ListRequest{Namespace: "service/tx"})
+		_, _ = s.VerifyAudit()
+		_, _ = s.Put(ctx, admin, putLease("service/tx", "leases/after"))
 		fmt.Println("served")
 	}
 	if s != nil {
@@ -469,20 +475,30 @@ func TestCorruptTruncatedNoFatalFault(t *testing.T) {
 	if err := os.Truncate(path, size); err != nil {
 		t.Fatal(err)
 	}
-	ctx := ctxT(t)
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCorruptChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), corruptChildEnv+"="+path)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	out, stderr, err := openInChild(t, path)
 	if err != nil {
 		t.Fatalf("opening a database truncated to %d bytes (page %d onwards missing) killed the process: %v\n%s",
-			size, freelist, err, firstLines(stderr.String(), 16))
+			size, freelist, err, firstLines(stderr, 16))
 	}
-	out := strings.TrimSpace(stdout.String())
 	if !strings.HasPrefix(out, "unavailable: ") {
 		t.Fatalf("opening a truncated database: %q, want an unavailable store", out)
 	}
+}
+
+// openInChild opens the database at path in a child process (TestCorruptChild), where a fault that
+// no recover catches kills the child, not the test binary. It returns the child's output and stderr,
+// and the error of a child that did not exit normally.
+func openInChild(t *testing.T, path string) (out, stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCorruptChild$", "-test.count=1")
+	// A race-enabled child would otherwise sleep a second at exit.
+	cmd.Env = append(os.Environ(), corruptChildEnv+"="+path, "GORACE=atexit_sleep_ms=0")
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return strings.TrimSpace(o.String()), e.String(), err
 }
 
 func firstLines(s string, n int) string {

@@ -2,50 +2,17 @@ package store
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/keeppeek/coordination/store/wire"
 )
-
-const damagedChildEnv = "STORE_DAMAGED_PAGES_CHILD"
-
-// TestDamagedPagesChild is the child of TestDamagedPagesNeverKillTheProcess: it opens the database
-// named in its environment, reads, verifies the audit chain and writes, and prints "served" or
-// "unavailable: <reason>". A process that dies instead fails its parent.
-func TestDamagedPagesChild(t *testing.T) {
-	path := os.Getenv(damagedChildEnv)
-	if path == "" {
-		return
-	}
-	s, err := Open(path, DefaultOptions())
-	switch {
-	case err != nil:
-		fmt.Printf("error: %v\n", err)
-	case s.Unavailable() != nil:
-		fmt.Printf("unavailable: %v\n", s.Unavailable())
-	default:
-		ctx := context.Background()
-		_, _ = s.List(ctx, admin, wire.ListRequest{Namespace: "service/tx"})
-		_, _ = s.VerifyAudit()
-		_, _ = s.Put(ctx, admin, putLease("service/tx", "leases/after"))
-		fmt.Println("served")
-	}
-	if s != nil {
-		_ = s.Close()
-	}
-	os.Exit(0)
-}
 
 // Damaged page headers and elements (wrong page ids, counts, offsets, flags, keys out of order) open
 // the store unavailable or are served; the process never dies. bbolt, opened for writing, rebuilds its
@@ -78,18 +45,10 @@ func TestDamagedPagesNeverKillTheProcess(t *testing.T) {
 		if err := os.WriteFile(p, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestDamagedPagesChild$", "-test.count=1")
-		// A race-enabled child would otherwise sleep a second at exit.
-		cmd.Env = append(os.Environ(), damagedChildEnv+"="+p, "GORACE=atexit_sleep_ms=0")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		cancel()
-		out := strings.TrimSpace(stdout.String())
+		out, stderr, err := openInChild(t, p)
 		switch {
 		case err != nil:
-			t.Fatalf("flip at byte %d: the process died: %v\n%.3000s", off, err, stderr.String())
+			t.Fatalf("flip at byte %d: the process died: %v\n%s", off, err, firstLines(stderr, 40))
 		case out == "served":
 			counts["served"]++
 		case strings.HasPrefix(out, "unavailable: "):
