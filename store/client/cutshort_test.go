@@ -126,15 +126,7 @@ func TestCacheStopsWhenItsConnectionCloses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := c.Put(ctxT(t), preference("user/alice", "p/a", "1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := c.NewCache(ctxT(t), CacheOptions{Namespace: "user/alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
+	e, k := aliceCache(t, c)
 	waited := make(chan error, 1)
 	go func() { waited <- k.WaitForRevision(ctxT(t), e.Revision+100) }()
 	nc.Close()
@@ -157,15 +149,7 @@ func TestCacheStopsWhenItsConnectionCloses(t *testing.T) {
 func TestCacheSaysWhenItCannotWatchAgain(t *testing.T) {
 	env := startEnv(t)
 	c := newClient(t, env, alice.ID)
-	e, err := c.Put(ctxT(t), preference("user/alice", "p/a", "1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := c.NewCache(ctxT(t), CacheOptions{Namespace: "user/alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
+	e, k := aliceCache(t, c)
 	if err := env.Server.SetPrincipals([]policy.Principal{admin, bob}); err != nil { // alice is removed
 		t.Fatal(err)
 	}
@@ -191,4 +175,20 @@ func TestCacheSaysWhenItCannotWatchAgain(t *testing.T) {
 	if err := k.WaitForRevision(ctxT(t), e.Revision+1); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// aliceCache writes user/alice p/a through c and returns that entry and a Cache of user/alice holding
+// it, closed at cleanup.
+func aliceCache(t *testing.T, c *Client) (wire.Entry, *Cache) {
+	t.Helper()
+	e, err := c.Put(ctxT(t), preference("user/alice", "p/a", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := c.NewCache(ctxT(t), CacheOptions{Namespace: "user/alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Close() })
+	return e, k
 }
