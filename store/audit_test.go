@@ -183,3 +183,76 @@ func documentDigest(doc []byte) string {
 	sum := sha256.Sum256(doc)
 	return hex.EncodeToString(sum[:])
 }
+
+// The audit encoder writes exactly what encoding/json writes for a record (hashes of records written
+// by either stay valid), whatever its strings hold.
+func TestAuditEncodingIsEncodingJSONs(t *testing.T) {
+	odd := []string{"", "plain", `quote " and \ backslash`, "<tag> & amp", "tab\tnl\ncr\r\x00\x1f\x7f",
+		"é ü 日本", "\u2028\u2029", "bad \xff\xfe utf-8", "\xed\xa0\x80 surrogate"}
+	for i, a := range odd {
+		for j, b := range odd {
+			r := auditRecord{Seq: uint64(i*100 + j), AtMs: -int64(j), Principal: a, Op: b, Namespace: a + b,
+				Key: b + a, Revision: 1<<64 - 1, DocumentSHA256: a, PrevHash: b}
+			for _, hash := range []string{"", strings.Repeat("ab", 32)} {
+				r.Hash = hash
+				want, err := json.Marshal(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := r.appendJSON(nil); string(got) != string(want) {
+					t.Fatalf("record %d/%d hash %q:\n got %s\nwant %s", i, j, hash, got, want)
+				}
+			}
+		}
+	}
+}
+
+// quickLink, pruning's fast check of a stored record, passes the records the store writes, and
+// passes no record the full check refuses: every one-byte change of a record, and every record
+// checked against the wrong predecessor or sequence, is refused by both.
+func TestQuickLinkNeverPassesWhatTheFullCheckRefuses(t *testing.T) {
+	prev := auditHead{}
+	var chain [][]byte
+	for seq := uint64(1); seq <= 3; seq++ {
+		r := auditRecord{Seq: seq, AtMs: 1764489600000, Principal: "transcoder-01", Op: "put", Namespace: "service/bench",
+			Key: "writers/w-0001", Revision: 99 + seq, DocumentSHA256: strings.Repeat("0f", 32), PrevHash: prev.Hash}
+		r.Hash = r.computeHash()
+		raw := r.appendJSON(nil)
+		h, ok := quickLink(prev, seq, raw)
+		if !ok || h != r.Hash {
+			t.Fatalf("record %d: quick check %q %v, want %s", seq, h, ok, r.Hash)
+		}
+		if next, problem := fullLink(prev, seq, raw); problem != "" || next.Hash != h {
+			t.Fatalf("record %d: full check %+v %q", seq, next, problem)
+		}
+		chain = append(chain, raw)
+		prev = auditHead{Seq: seq, Hash: r.Hash}
+	}
+	raw, prev := chain[1], auditHead{Seq: 1}
+	_ = json.Unmarshal(chain[0], &struct{ Hash *string }{&prev.Hash})
+	for i := range raw {
+		for _, c := range []byte{'0', '9', 'a', 'f', '"', '}', ',', ' '} {
+			if raw[i] == c {
+				continue
+			}
+			bad := append([]byte(nil), raw...)
+			bad[i] = c
+			if _, ok := quickLink(prev, 2, bad); ok {
+				t.Fatalf("quick check passes %s", bad)
+			}
+			if _, problem := verifyLink(prev, 2, bad); problem == "" {
+				t.Fatalf("a changed record passes: %s", bad)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		prev auditHead
+		seq  uint64
+	}{{auditHead{Seq: 1, Hash: strings.Repeat("0", 64)}, 2}, {auditHead{Seq: 1}, 2}, {prev, 3}, {prev, 1}} {
+		_, ok := quickLink(tc.prev, tc.seq, raw)
+		_, problem := fullLink(tc.prev, tc.seq, raw)
+		if ok || problem == "" {
+			t.Fatalf("after %+v as seq %d: quick %v, full %q", tc.prev, tc.seq, ok, problem)
+		}
+	}
+}

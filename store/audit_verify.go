@@ -76,6 +76,14 @@ func checkLink(prev auditHead, rec *auditRecord) string {
 // chain's new end (the record's own seq and hash, or seq and "" when it does not decode) and what is
 // wrong, or "".
 func verifyLink(prev auditHead, seq uint64, raw []byte) (auditHead, string) {
+	if h, ok := quickLink(prev, seq, raw); ok {
+		return auditHead{Seq: seq, Hash: h}, ""
+	}
+	return fullLink(prev, seq, raw)
+}
+
+// fullLink is verifyLink's check of any form: raw decoded strictly, then checkLink.
+func fullLink(prev auditHead, seq uint64, raw []byte) (auditHead, string) {
 	var rec auditRecord
 	if err := strictJSON(raw, &rec); err != nil {
 		return auditHead{Seq: seq}, fmt.Sprintf("record does not decode: %v", err)

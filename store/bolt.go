@@ -473,9 +473,13 @@ func (b *boltBackend) write(tx *bolt.Tx, bt *batch) error {
 		return nil
 	}
 	tail := tx.Bucket(bucketAuditTail)
+	// The records share one buffer (bbolt keeps each value until the commit; a record already put
+	// keeps the old array when the buffer grows).
+	buf := make([]byte, 0, 400*len(bt.audit))
 	for i := range bt.audit {
-		v, _ := json.Marshal(&bt.audit[i])
-		if err := tail.Put(seqKey(bt.audit[i].Seq), v); err != nil {
+		start := len(buf)
+		buf = bt.audit[i].appendJSON(buf)
+		if err := tail.Put(seqKey(bt.audit[i].Seq), buf[start:len(buf):len(buf)]); err != nil {
 			return err
 		}
 	}
