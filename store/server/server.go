@@ -248,10 +248,12 @@ func (s *Server) Stop(ctx context.Context) error {
 		if s.hbSub != nil {
 			err = errors.Join(err, s.hbSub.Unsubscribe())
 		}
-		s.lanes.stop()
-		s.hbLanes.stop()
+		s.lanes.close()
+		s.hbLanes.close()
 		done := make(chan struct{})
 		go func() {
+			s.lanes.wg.Wait() // what the lanes hold waits for the store like any request: within ctx
+			s.hbLanes.wg.Wait()
 			s.inflight.Lock()
 			s.stopped = true
 			s.inflight.Unlock()
@@ -338,8 +340,8 @@ func (l *lanes) run(key string, fn func()) {
 	l.chs[h.Sum32()%uint32(len(l.chs))] <- fn
 }
 
-// stop ends the lanes after the functions already queued.
-func (l *lanes) stop() {
+// close ends the lanes after the functions already queued; wg is done when they have run.
+func (l *lanes) close() {
 	l.once.Do(func() {})
 	l.mu.Lock()
 	if !l.closed {
@@ -349,7 +351,6 @@ func (l *lanes) stop() {
 		}
 	}
 	l.mu.Unlock()
-	l.wg.Wait()
 }
 
 func (s *Server) serve(op wire.Op, req micro.Request) {
