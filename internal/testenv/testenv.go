@@ -6,6 +6,7 @@ package testenv
 
 import (
 	"context"
+	"crypto/rand"
 	"path/filepath"
 	"testing"
 	"time"
@@ -36,6 +37,10 @@ type Options struct {
 	RequestTimeout time.Duration
 	// NATSMaxPending, when set, is the embedded NATS server's natsserver.Options.MaxPending.
 	NATSMaxPending int64
+	// NATSUsers, when set, turn the embedded NATS server's authorization on: only these users, each
+	// with its permissions, and the server's own user can connect; Connect authenticates a principal
+	// as the user of the same name.
+	NATSUsers []natsserver.User
 }
 
 // Env is a running state service.
@@ -47,6 +52,7 @@ type Env struct {
 	// Metrics are the server's metrics, on a registry of their own; nil unless WatchSweep is set.
 	Metrics *server.Metrics
 	conn    *nats.Conn
+	users   map[string]string // user name -> password, when NATSUsers was set
 }
 
 // DefaultPrincipals are the principals of an Env started without any.
@@ -61,7 +67,19 @@ func Start(t testing.TB, o Options) *Env {
 	if o.DataDir == "" {
 		o.DataDir = t.TempDir()
 	}
-	ns := natstest.Start(t, natsserver.Options{MaxPending: o.NATSMaxPending}) // shut down at cleanup, after the server (registered later)
+	nopts := natsserver.Options{MaxPending: o.NATSMaxPending}
+	var users map[string]string
+	var auth []nats.Option
+	if len(o.NATSUsers) > 0 {
+		self := natsserver.User{Name: "_testenv", Password: rand.Text()}
+		nopts.Users = append([]natsserver.User{self}, o.NATSUsers...)
+		users = map[string]string{}
+		for _, u := range o.NATSUsers {
+			users[u.Name] = u.Password
+		}
+		auth = append(auth, nats.UserInfo(self.Name, self.Password))
+	}
+	ns := natstest.Start(t, nopts) // shut down at cleanup, after the server (registered later)
 	opts := store.DefaultOptions()
 	if o.Bounds != nil {
 		opts.Bounds = *o.Bounds
@@ -70,7 +88,7 @@ func Start(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatalf("testenv: store: %v", err)
 	}
-	nc, err := nats.Connect(ns.ClientURL(), nats.Name("stated"))
+	nc, err := nats.Connect(ns.ClientURL(), append(auth, nats.Name("stated"))...)
 	if err != nil {
 		st.Close()
 		t.Fatalf("testenv: connect: %v", err)
@@ -90,7 +108,7 @@ func Start(t testing.TB, o Options) *Env {
 		st.Close()
 		t.Fatalf("testenv: server: %v", err)
 	}
-	e := &Env{URL: ns.ClientURL(), Store: st, Server: srv, NATS: ns, Metrics: sopts.Metrics, conn: nc}
+	e := &Env{URL: ns.ClientURL(), Store: st, Server: srv, NATS: ns, Metrics: sopts.Metrics, conn: nc, users: users}
 	t.Cleanup(e.stop)
 	return e
 }
@@ -106,8 +124,12 @@ func (e *Env) stop() {
 // cleanup.
 func (e *Env) Connect(t testing.TB, principal string) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(e.URL, nats.CustomInboxPrefix(wire.InboxPrefix(principal)), nats.Name(principal),
-		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	opts := []nats.Option{nats.CustomInboxPrefix(wire.InboxPrefix(principal)), nats.Name(principal),
+		nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}
+	if password, ok := e.users[principal]; ok {
+		opts = append(opts, nats.UserInfo(principal, password))
+	}
+	nc, err := nats.Connect(e.URL, opts...)
 	if err != nil {
 		t.Fatalf("testenv: connect %s: %v", principal, err)
 	}

@@ -10,8 +10,12 @@ import (
 	"testing"
 	"time"
 
+	natsauth "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/keeppeek/coordination/internal/natsserver"
+	"github.com/keeppeek/coordination/internal/testenv"
+	"github.com/keeppeek/coordination/store/policy"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -636,5 +640,45 @@ func TestNewCacheFailures(t *testing.T) {
 	defer cancel()
 	if _, err := nobody.NewCache(short, CacheOptions{Namespace: "user/alice", ResyncBackoff: 10 * time.Millisecond}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("cache without a server: %v, want the context's deadline", err)
+	}
+}
+
+// A cache installs a snapshot only under the epoch info reports (else it could not tell a restore):
+// when its principal may watch but not ask info, NewCache installs nothing and leaves no watch behind.
+func TestCacheInstallsNothingWithoutInfo(t *testing.T) {
+	perms := &natsauth.Permissions{
+		Publish:   &natsauth.SubjectPermission{Allow: []string{"kp.state.v1.alice.>"}, Deny: []string{"kp.state.v1.alice.info"}},
+		Subscribe: &natsauth.SubjectPermission{Allow: []string{"kp.watch.v1.alice.>", wire.InboxPrefix("alice") + ".>"}},
+	}
+	env := testenv.Start(t, testenv.Options{Principals: []policy.Principal{admin, alice, bob},
+		NATSUsers: []natsserver.User{{Name: "alice", Password: "alice-secret", Permissions: perms}}})
+	c := newClient(t, env, alice.ID, WithRequestTimeout(200*time.Millisecond))
+	ctx := ctxT(t)
+	if _, err := c.Put(ctx, preference("user/alice", "a", "x")); err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Watch(ctx, wire.WatchRequest{WatchID: "needs-info", Namespace: "user/alice"})
+	if err != nil {
+		t.Fatalf("the watch itself is allowed: %v", err)
+	}
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	k, err := c.NewCache(short, CacheOptions{Namespace: "user/alice", WatchID: "needs-info", ResyncBackoff: 10 * time.Millisecond})
+	if err == nil {
+		_ = k.Close()
+		t.Fatalf("a cache installed a snapshot (%d entries) without info", len(k.List()))
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("NewCache without info: %v, want the context's deadline (info times out: retried)", err)
+	}
+	w, err = c.Watch(ctx, wire.WatchRequest{WatchID: "needs-info", Namespace: "user/alice"})
+	if err != nil {
+		t.Fatalf("the cache left its watch registered: %v", err)
+	}
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
