@@ -1,14 +1,20 @@
 package main_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"io"
+	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/keeppeek/coordination/internal/e2e"
+	"github.com/keeppeek/coordination/store/client"
+	"github.com/keeppeek/coordination/store/wire"
 )
 
 func TestMain(m *testing.M) { e2e.Main(m) }
@@ -37,6 +43,115 @@ func TestDemoRunsToTheEnd(t *testing.T) {
 	took := between(text, "failover complete: ", " ")
 	if killed == "" || took == "" || killed == took {
 		t.Fatalf("killed %q, took over %q:\n%s", killed, took, text)
+	}
+}
+
+// TestDemoKeepRunsUntilInterrupted runs the README's `--keep` variant: after the tour everything keeps
+// working (the new lease holder goes on renewing, though nobody reads the workers' events any more)
+// until Ctrl-C, which ends the demo with exit 0.
+func TestDemoKeepRunsUntilInterrupted(t *testing.T) {
+	bin := e2e.Build(t, "./examples/demo", "demo")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--keep")
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() {
+		err := cmd.Wait()
+		pw.Close()
+		exited <- err
+	}()
+	ended := false // set once exited was read
+	defer func() {
+		if !ended {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	var mu sync.Mutex
+	var out strings.Builder
+	waiting := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			mu.Lock()
+			out.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			if strings.Contains(sc.Text(), "Ctrl-C to stop") {
+				close(waiting)
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	text := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return out.String()
+	}
+	select {
+	case <-waiting:
+	case err := <-exited:
+		ended = true
+		t.Fatalf("demo --keep exited (%v) instead of waiting:\n%s", err, text())
+	case <-ctx.Done():
+		t.Fatalf("demo --keep never reached its end of tour:\n%s", text())
+	}
+	url := between(text(), "stated: NATS ", ",")
+	if !strings.HasPrefix(url, "nats://") {
+		t.Fatalf("no NATS address in the story:\n%s", text())
+	}
+	nc, err := client.Connect(url, "dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c, err := client.New(nc, "dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Watch(ctx, wire.WatchRequest{WatchID: "keep-test", Namespace: "service/transcoder-a", KeyPrefix: "leases/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three renewals of the lease after the tour: its holder is not stalled by events nobody reads.
+	for renewals := 0; renewals < 3; {
+		select {
+		case m, ok := <-w.Messages():
+			if !ok {
+				t.Fatalf("watch ended: %v", w.Err())
+			}
+			if m.Kind != wire.UpdatePut {
+				t.Fatalf("lease update %s %s, want renewals:\n%s", m.Kind, m.Key, text())
+			}
+			renewals++
+			if err := w.Ack(ctx, m.WatchSequence); err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("the lease was renewed %d times after the tour:\n%s", renewals, text())
+		}
+	}
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		ended = true
+		if err != nil {
+			t.Fatalf("demo --keep after Ctrl-C: %v\n%s", err, text())
+		}
+	case <-ctx.Done():
+		t.Fatalf("demo --keep did not stop after Ctrl-C:\n%s", text())
+	}
+	if !strings.Contains(text(), "] done\n") {
+		t.Fatalf("demo --keep did not finish its story:\n%s", text())
 	}
 }
 
