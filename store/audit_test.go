@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -139,6 +140,14 @@ func TestAuditVerifyFindsTampering(t *testing.T) {
 		{"removed record", func(tx *bolt.Tx) error { return auditHolder(tx, 2).Delete(seqKey(2)) }, 2, "sequence jumps"},
 		{"removed tail record", func(tx *bolt.Tx) error { return auditHolder(tx, 4).Delete(seqKey(4)) }, 4, "sequence jumps"},
 		{"garbage record", func(tx *bolt.Tx) error { return auditHolder(tx, 4).Put(seqKey(4), []byte("{")) }, 4, "does not decode"},
+		{"bytes after a record", func(tx *bolt.Tx) error {
+			b := auditHolder(tx, 2)
+			return b.Put(seqKey(2), append(bytes.Clone(b.Get(seqKey(2))), '}'))
+		}, 2, "does not decode"},
+		{"bytes after a tail record", func(tx *bolt.Tx) error {
+			b := auditHolder(tx, 5)
+			return b.Put(seqKey(5), append(bytes.Clone(b.Get(seqKey(5))), ']'))
+		}, 5, "does not decode"},
 		{"relinked record", edit(4, func(r *auditRecord) {
 			r.PrevHash = strings.Repeat("0", 64)
 			r.Hash = r.computeHash()

@@ -131,8 +131,8 @@ func openBolt(path string, timeout time.Duration, retention int) (b *boltBackend
 	return &boltBackend{db: db, retention: uint64(retention)}, nil
 }
 
-// createBolt builds a new, empty format-1 database beside path and renames it into place, so a crash
-// never leaves a half-made database behind.
+// createBolt builds a new, empty database of the current format beside path and renames it into
+// place, so a crash never leaves a half-made database behind.
 func createBolt(path string, timeout time.Duration) error {
 	tmp := path + ".creating"
 	_ = os.Remove(tmp)
@@ -219,13 +219,15 @@ func (b *boltBackend) migrate() error {
 	})
 }
 
+// strictJSON decodes exactly one JSON value into v, refusing unknown fields and anything after the
+// value (json.Decoder.More alone would let a stray '}' or ']' through: it stops at a closing byte).
 func strictJSON(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("trailing data")
 	}
 	return nil

@@ -168,6 +168,13 @@ func TestCorruptFilesOpenUnavailable(t *testing.T) {
 				return tx.Bucket(bucketEntries).Put(entryKey("user/alice", "intents/i03"), []byte(`{"namespace":"user/alice","key":`))
 			})
 		}, []string{"intents/i03 does not decode"}},
+		{"bytes after an entry", func(t *testing.T, path string) {
+			boltEditFile(t, path, func(tx *bolt.Tx) error {
+				b := tx.Bucket(bucketEntries)
+				k := entryKey("service/tx", "leases/l1")
+				return b.Put(k, append(bytes.Clone(b.Get(k)), '}'))
+			})
+		}, []string{"leases/l1 does not decode: trailing data"}},
 		{"missing bucket", func(t *testing.T, path string) {
 			boltEditFile(t, path, func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketAudit) })
 		}, []string{`bucket "audit" is missing`}},

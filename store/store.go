@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -152,6 +153,9 @@ func (s *Store) loadSettings(ns string, sb SettingsBackend) error {
 		e.Namespace = ns
 		if !wire.ValidKey(e.Key) || sp.get(e.Key) != nil {
 			return fmt.Errorf("settings namespace %s: invalid or duplicate key %q", ns, e.Key)
+		}
+		if !wire.ValidPrincipalID(e.Owner) {
+			return fmt.Errorf("settings namespace %s: entry %s has an invalid owner %q", ns, e.Key, e.Owner)
 		}
 		if e.Revision < 1 || e.Revision > st.Revision {
 			return fmt.Errorf("settings namespace %s: entry %s has revision %d, namespace is at %d", ns, e.Key, e.Revision, st.Revision)
@@ -313,6 +317,13 @@ func (s *Store) Backup(ctx context.Context, p policy.Principal, w io.Writer) (in
 	}
 	n, err := s.be.backup(w)
 	if err != nil {
+		if cerr := s.serving(); cerr != nil {
+			return n, cerr // closed before the read transaction began: UNAVAILABLE, as for any call
+		}
+		var we *wire.Error
+		if errors.As(err, &we) {
+			return n, we // the backend's own answer (an in-memory store has nothing to back up)
+		}
 		return n, wire.Errorf(wire.CodeStorage, "backup: %v", err)
 	}
 	return n, nil

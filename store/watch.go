@@ -84,9 +84,11 @@ func (m Message) Update() wire.WatchUpdate {
 		Kind: m.Event.Kind, Key: m.Event.Key, Entry: m.Event.Entry}
 }
 
-// Sink receives a watch's messages in order. The engine calls it while it fans a commit out, so it
-// must not block: hand the message to a buffered channel or a non-blocking publish (a NATS publish
-// is). A watch never has more than max_pending_updates updates outstanding plus its close, so a
+// Sink receives a watch's messages in order. The engine calls it while it fans a commit out, holding
+// the store's and the watch registry's locks, so it must not block and must not call the Store (an Ack
+// or Unwatch from inside a sink would wait on those locks for ever): hand the message to a buffered
+// channel or a non-blocking publish (a NATS publish is), and acknowledge from the goroutine that reads
+// it. A watch never has more than max_pending_updates updates outstanding plus its close, so a
 // channel of that capacity plus one never fills.
 type Sink func(Message)
 

@@ -17,10 +17,12 @@ func (p Principal) Validate() error {
 	return nil
 }
 
-// CanRead reports whether p may get, list and watch ns, and receive its watch deliveries.
+// CanRead reports whether p may get, list and watch ns, and receive its watch deliveries. A principal
+// whose id is not a valid principal id may do nothing, admin or not: the policy fails closed, and no
+// entry or audit record is ever written under an owner that the store would refuse when it opens.
 func CanRead(p Principal, ns string) bool {
 	kind, id, ok := wire.ParseNamespace(ns)
-	if !ok {
+	if !ok || !wire.ValidPrincipalID(p.ID) {
 		return false
 	}
 	switch kind {
@@ -33,10 +35,10 @@ func CanRead(p Principal, ns string) bool {
 }
 
 // CanWrite reports whether p may put and delete in ns. Nobody writes system: the server does, through
-// the engine's internal call.
+// the engine's internal call. A principal whose id is not valid may write nothing (see CanRead).
 func CanWrite(p Principal, ns string) bool {
 	kind, id, ok := wire.ParseNamespace(ns)
-	if !ok {
+	if !ok || !wire.ValidPrincipalID(p.ID) {
 		return false
 	}
 	switch kind {

@@ -161,3 +161,15 @@ func TestWriteImpliesRead(t *testing.T) {
 		}
 	}
 }
+
+// A principal whose id is invalid may do nothing, even when it says it is an admin: the engine writes
+// the principal as an entry's owner, and Open refuses a database with an invalid owner.
+func TestInvalidAdminIsDeniedEverything(t *testing.T) {
+	for _, p := range []policy.Principal{{Admin: true}, {ID: "Admin", Admin: true}, {ID: "a.b", Admin: true}, {ID: "a/b", Admin: true}} {
+		for _, ns := range []string{"system", "service/tx", "group/g", "user/alice", "user/a"} {
+			if policy.CanRead(p, ns) || policy.CanWrite(p, ns) {
+				t.Errorf("%+v may read (%v) or write (%v) %s", p, policy.CanRead(p, ns), policy.CanWrite(p, ns), ns)
+			}
+		}
+	}
+}

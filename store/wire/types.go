@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // Op names a state operation; it is the last token of its request subject.
@@ -507,6 +508,13 @@ func (r *PutRequest) ValidateCompact() ([]byte, error) {
 	doc, err := CompactDocument(r.Document)
 	if err != nil {
 		return nil, err
+	}
+	// JSON exchanged between systems is UTF-8 (RFC 8259, section 8.1). encoding/json lets other bytes
+	// through inside strings, and the store hands documents out as it got them: a client whose JSON
+	// decoder is strict (Python's json.loads, say) could then read no snapshot or update that carries
+	// the document, for every watcher of its namespace.
+	if !utf8.Valid(doc) {
+		return nil, Errorf(CodeInvalidArgument, "document is not valid UTF-8")
 	}
 	if err := checkExpected(r.ExpectedRevision); err != nil {
 		return nil, err
