@@ -95,5 +95,6 @@ func (e *VariantFailedError) Error() string {
 // Is makes errors.Is(err, ErrVariantFailed) true.
 func (e *VariantFailedError) Is(target error) bool { return target == ErrVariantFailed }
 
-// ErrTrackerStopped is returned by a Tracker's waits once it is stopped, and by Start after Stop.
+// ErrTrackerStopped is returned by a Tracker's waits once it is stopped or its NATS connection closed
+// for good (then wrapping nats.ErrConnectionClosed), and by Start after Stop.
 var ErrTrackerStopped = errors.New("capabilities: tracker stopped")

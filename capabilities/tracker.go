@@ -57,6 +57,8 @@ type Tracker struct {
 
 	kick    chan struct{} // a fetch is wanted (cap 1)
 	stopped chan struct{} // closed by Stop
+	ended   chan struct{} // closed once the tracker follows nothing more: Stop, or its connection closed
+	endErr  error         // what waits return once ended is closed; set under mu before it closes
 	stop    sync.Once
 	cancel  context.CancelFunc // ends run; set by Start
 	done    chan struct{}      // closed when run returns; set by Start
@@ -69,7 +71,7 @@ func NewTracker(nc *nats.Conn, opts TrackerOptions) *Tracker {
 	t := &Tracker{
 		nc: nc, prefix: opts.Prefix, log: opts.Logger, backoff0: opts.RefetchBackoff, timeout: opts.FetchTimeout,
 		changed: make(chan struct{}), notify: map[chan struct{}]struct{}{},
-		kick: make(chan struct{}, 1), stopped: make(chan struct{}),
+		kick: make(chan struct{}, 1), stopped: make(chan struct{}), ended: make(chan struct{}),
 	}
 	if t.prefix == "" {
 		t.prefix = DefaultPrefix
@@ -98,8 +100,9 @@ func NewTracker(nc *nats.Conn, opts TrackerOptions) *Tracker {
 }
 
 // Start subscribes to capability changes and fetches the capabilities, retrying with backoff until a
-// snapshot is installed. It returns nil once the first snapshot is in; if ctx ends first, or the
-// subscription fails, it stops the tracker and returns the error. ctx bounds only this wait: the
+// snapshot is installed. It returns nil once the first snapshot is in; if ctx ends first, the
+// subscription fails or the NATS connection is closed, it stops the tracker and returns the error
+// (ErrTrackerStopped wrapping nats.ErrConnectionClosed for the last). ctx bounds only this wait: the
 // tracker runs until Stop. Start may be called once.
 func (t *Tracker) Start(ctx context.Context) error {
 	if t.optErr != nil {
@@ -145,11 +148,14 @@ func (t *Tracker) Start(ctx context.Context) error {
 }
 
 // Stop ends the tracker: it unsubscribes and stops its goroutine. The last snapshot stays readable;
-// waits return ErrTrackerStopped. Stop may be called more than once, and before Start.
+// waits return ErrTrackerStopped. Stop may be called more than once, and before Start. A tracker whose
+// NATS connection was closed for good has stopped following by itself: its waits return
+// ErrTrackerStopped wrapping nats.ErrConnectionClosed; Stop is still called to release it.
 func (t *Tracker) Stop() {
 	t.stop.Do(func() {
 		t.mu.Lock()
 		close(t.stopped) // under mu: a Start that has not registered yet sees it
+		t.endLocked(ErrTrackerStopped)
 		cancel, done := t.cancel, t.done
 		t.mu.Unlock()
 		if cancel != nil {
@@ -158,6 +164,20 @@ func (t *Tracker) Stop() {
 		}
 	})
 }
+
+// endLocked ends the waits with err, unless they were ended before. t.mu must be held.
+func (t *Tracker) endLocked(err error) {
+	select {
+	case <-t.ended:
+	default:
+		t.endErr = err
+		close(t.ended)
+	}
+}
+
+// errConnClosed is what the waits (and a Start still waiting) return once the tracker's NATS
+// connection is closed for good: no announcement or fetch can come any more.
+var errConnClosed = fmt.Errorf("%w: its NATS connection is closed: %w", ErrTrackerStopped, nats.ErrConnectionClosed)
 
 // onChanged handles a `changed` announcement (on the NATS subscription's goroutine).
 func (t *Tracker) onChanged(m *nats.Msg) {
@@ -194,8 +214,9 @@ func (t *Tracker) heldLocked() uint64 {
 }
 
 // run subscribes to announcements and reconnects, then fetches whenever one is wanted, retrying with
-// backoff, until ctx ends. It reports on first the subscription's failure or, once, that the first
-// snapshot is installed.
+// backoff, until ctx ends or the NATS connection is closed for good (then it ends the waits, which
+// could otherwise only wait for their contexts). It reports on first the subscription's failure, the
+// closed connection or, once, that the first snapshot is installed.
 func (t *Tracker) run(ctx context.Context, first chan<- error) {
 	defer close(t.done)
 	sub, err := t.nc.Subscribe(ChangedSubject(t.prefix), t.onChanged)
@@ -203,7 +224,16 @@ func (t *Tracker) run(ctx context.Context, first chan<- error) {
 		first <- fmt.Errorf("capabilities: subscribe %s: %w", ChangedSubject(t.prefix), err)
 		return
 	}
-	status := t.nc.StatusChanged(nats.CONNECTED)
+	status := t.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	closedConn := func() {
+		t.log.Warn("capabilities: NATS connection closed; the tracker stops following")
+		t.mu.Lock()
+		t.endLocked(errConnClosed)
+		t.mu.Unlock()
+		if first != nil {
+			first <- errConnClosed
+		}
+	}
 	defer func() {
 		_ = sub.Unsubscribe()
 		t.nc.RemoveStatusListener(status)
@@ -234,9 +264,9 @@ func (t *Tracker) run(ctx context.Context, first chan<- error) {
 				first <- nil
 				first = nil
 			}
-			if errors.Is(err, nats.ErrConnectionClosed) {
-				t.log.Warn("capabilities: NATS connection closed; no more fetches")
-				continue
+			if errors.Is(err, nats.ErrConnectionClosed) || t.nc.IsClosed() {
+				closedConn()
+				return
 			}
 			if err != nil || !caughtUp {
 				if backoff == 0 {
@@ -260,10 +290,14 @@ func (t *Tracker) run(ctx context.Context, first chan<- error) {
 			return
 		case <-t.kick:
 			fetch = true
-		case _, ok := <-status:
+		case s, ok := <-status:
 			if !ok {
 				status = nil
 				continue
+			}
+			if s == nats.CLOSED || t.nc.IsClosed() {
+				closedConn()
+				return
 			}
 			t.log.Debug("capabilities: NATS reconnected; fetching")
 			fetch = true
@@ -386,7 +420,8 @@ func (t *Tracker) Subscribe() (<-chan struct{}, func()) {
 // WaitFor returns once cond is true of an installed snapshot. cond is called with the snapshot held
 // when WaitFor is called (if any) and with each one installed after; it must not modify or keep it,
 // and runs on the caller's goroutine. WaitFor returns ctx's error when ctx ends first and
-// ErrTrackerStopped when the tracker stops.
+// ErrTrackerStopped when the tracker stops (wrapping nats.ErrConnectionClosed when its connection
+// closed for good).
 func (t *Tracker) WaitFor(ctx context.Context, cond func(*ServerCapabilities) bool) error {
 	return t.waitFor(ctx, func(c *ServerCapabilities) (bool, error) { return cond(c), nil })
 }
@@ -411,8 +446,10 @@ func (t *Tracker) waitFor(ctx context.Context, f func(*ServerCapabilities) (bool
 		case <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-t.stopped:
-			return ErrTrackerStopped
+		case <-t.ended:
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			return t.endErr
 		}
 	}
 }

@@ -116,6 +116,7 @@ type FleetView struct {
 
 	installed bool          // the first snapshot is in; owned by the cache goroutine
 	changes   chan struct{} // one token: something changed since the last receive
+	endOnce   sync.Once     // closes changes
 
 	closeOnce sync.Once
 	closeErr  error
@@ -137,8 +138,16 @@ func (c *Coordinator) WatchFleet(ctx context.Context) (*FleetView, error) {
 		return nil, err
 	}
 	v.cache = cache
+	// A cache whose NATS connection closed stops by itself: the view then follows nothing more, and
+	// readers of Changes must learn it. The cache's goroutine, the only sender, has ended by then.
+	go func() {
+		<-cache.Done()
+		v.endChanges()
+	}()
 	return v, nil
 }
+
+func (v *FleetView) endChanges() { v.endOnce.Do(func() { close(v.changes) }) }
 
 // Handlers, called one at a time on the cache's goroutine.
 
@@ -240,7 +249,8 @@ func (v *FleetView) Holder(lease string) (Worker, bool) {
 
 // Changes returns a channel that receives a token after the view changed (a worker appeared,
 // changed or left, or a resync replaced the view). Notifications coalesce: one token may stand for
-// several changes, so read the view after each receive. The channel is closed by Close.
+// several changes, so read the view after each receive. The channel is closed by Close, and once the
+// view follows nothing more because its NATS connection was closed (the view keeps its last contents).
 func (v *FleetView) Changes() <-chan struct{} { return v.changes }
 
 // Close stops following the fleet: it closes the watch and then the Changes channel. The view keeps
@@ -248,7 +258,7 @@ func (v *FleetView) Changes() <-chan struct{} { return v.changes }
 func (v *FleetView) Close() error {
 	v.closeOnce.Do(func() {
 		v.closeErr = v.cache.Close()
-		close(v.changes)
+		v.endChanges()
 	})
 	return v.closeErr
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/keeppeek/coordination/store/client"
 )
 
-// Campaign retry backoff after a failure that may pass (no state server, a timeout): the first wait
-// is minBackoff, each further one twice as long, up to the TTL.
+// Campaign retry backoff after a failure that may pass (no state server, a timeout), and the pause
+// after a term: the first wait is minBackoff, each further one twice as long, up to the TTL.
 const minBackoff = 100 * time.Millisecond
 
 // ElectorOptions configure an Elector: the lease every replica campaigns for (OffsetKey, if set,
@@ -62,15 +62,16 @@ func (e *Elector) Leading() bool {
 // term (if any) has stopped and released its lease. Each term: Campaign; OnStarted with a ctx
 // cancelled on loss of the lease or end of ctx; once it returns, OnStopped; then Release (which
 // deletes the entry only if the store still holds it at this term's revision, so a standby takes over
-// without waiting for the TTL). A campaign that fails for a reason that may pass is retried with
-// backoff; one the store refuses for good (permission, schema, invalid options) ends Run with that
-// error, and so does a closed NATS connection. Run must not be called again while it runs.
+// without waiting for the TTL); then a pause before the next campaign (100 ms, doubling while terms
+// keep ending within a TTL, up to the TTL). A campaign that fails for a reason that may pass is
+// retried with backoff; one the store refuses for good (permission, schema, invalid options) ends Run
+// with that error, and so does a closed NATS connection. Run must not be called again while it runs.
 func (e *Elector) Run(ctx context.Context) error {
 	if !e.running.CompareAndSwap(false, true) {
 		return errors.New("lease: Elector.Run is already running")
 	}
 	defer e.running.Store(false)
-	backoff := minBackoff
+	backoff, pause := minBackoff, minBackoff
 	for ctx.Err() == nil {
 		l, err := Campaign(ctx, e.c, e.o.Options)
 		if err != nil {
@@ -92,7 +93,19 @@ func (e *Elector) Run(ctx context.Context) error {
 			continue
 		}
 		backoff = minBackoff
+		began := time.Now()
 		e.lead(ctx, l)
+		// A term ended with Run's ctx alive: the job returned, or the lease was lost. Pause before
+		// campaigning again, so that a job that fails at once does not claim and release the lease in
+		// a tight loop of store writes, and a standby gets its turn. Terms that keep ending within a
+		// TTL double the pause, up to the TTL; a longer term resets it.
+		if time.Since(began) >= e.o.TTL {
+			pause = minBackoff
+		}
+		if !wait(ctx, pause) {
+			break
+		}
+		pause = min(2*pause, e.o.TTL)
 	}
 	return nil
 }

@@ -140,8 +140,16 @@ func (w *Worker) Go(name string, fn func(ctx context.Context) error) {
 }
 
 // HoldLease records that the worker holds the lease key (its heartbeats list it); DropLease forgets
-// it. A change is announced at once.
-func (w *Worker) HoldLease(key string) { w.setLease(key, true) }
+// it. A change is announced at once. key must follow the key rule (SPEC section 1): the server drops
+// a heartbeat that lists an invalid key, so a worker listing one would stop being seen alive. Such a
+// key is refused: logged and not listed.
+func (w *Worker) HoldLease(key string) {
+	if !wire.ValidKey(key) {
+		w.opts.Logger.Error("worker: HoldLease refused an invalid lease key; it is not listed in heartbeats", "worker", w.opts.WorkerID, "key", key)
+		return
+	}
+	w.setLease(key, true)
+}
 
 // DropLease forgets a lease the worker no longer holds.
 func (w *Worker) DropLease(key string) { w.setLease(key, false) }
@@ -248,7 +256,8 @@ func (w *Worker) heartbeat() error {
 }
 
 // Run starts the components and owned goroutines, heartbeats until ctx ends (or an owned goroutine
-// fails), then stops gracefully: heartbeat draining, stop goroutines and components in reverse order
+// fails, or the NATS connection is closed for good: an error wrapping nats.ErrConnectionClosed), then
+// stops gracefully: heartbeat draining, stop goroutines and components in reverse order
 // (they release their leases), heartbeat stopping. It returns the first error. Heartbeats go out every
 // interval from the start to the end, "starting" while components start (however long that takes)
 // and "draining" while they stop, so the worker's entry never expires while it runs. A stop that
@@ -271,6 +280,19 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.mu.Unlock()
 	}()
 	log := w.opts.Logger.With("worker", w.opts.WorkerID)
+	// A connection closed for good (not one that is reconnecting) ends the run: nothing the worker does
+	// can reach the store or the media server any more, and its heartbeats are gone.
+	connClosed := make(chan struct{})
+	status := w.opts.Conn.StatusChanged(nats.CLOSED)
+	defer w.opts.Conn.RemoveStatusListener(status)
+	go func() {
+		if _, ok := <-status; ok || w.opts.Conn.IsClosed() {
+			close(connClosed)
+		}
+	}()
+	if w.opts.Conn.IsClosed() {
+		return fmt.Errorf("worker: its NATS connection is closed: %w", nats.ErrConnectionClosed)
+	}
 	_ = w.heartbeat()
 	hbStop, hbDone := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -330,6 +352,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case runErr = <-errs:
 		log.Error("stopping after a failure", "err", runErr)
+	case <-connClosed:
+		runErr = fmt.Errorf("worker: its NATS connection is closed: %w", nats.ErrConnectionClosed)
+		log.Error("stopping: the NATS connection is closed for good")
 	}
 
 	w.setStatus(wire.StatusDraining)
