@@ -191,6 +191,28 @@ func (l *Lease) Holder() string { return l.o.Holder }
 // gone, or Release was called. Err says which.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
+// Context returns a context derived from parent that ends, with the lease's Err as its cause, when the
+// lease ends (at once if it has): work done as the holder (a media command, a long computation) stops
+// waiting once it is no longer the holder's to do. Call cancel when the work is done. The store's guard
+// still decides what a write does: a request already sent may be carried out.
+func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	select {
+	case <-l.lost:
+		cancel(l.Err())
+		return ctx, func() { cancel(context.Canceled) }
+	default:
+	}
+	go func() {
+		select {
+		case <-l.lost:
+			cancel(l.Err())
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
 // Err returns nil while the lease runs, then why it ended: ErrReleased, or an error wrapping ErrLost.
 func (l *Lease) Err() error {
 	l.mu.Lock()

@@ -317,3 +317,32 @@ func TestOptions(t *testing.T) {
 		}
 	}
 }
+
+// Context ends when the lease does, with the lease's error as its cause, and at once for a lease
+// already ended; cancel ends it without a lease error.
+func TestContextEndsWithTheLease(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	o := opts(key, "transcoder-a-1", 2*time.Second)
+	o.RenewEvery = 500 * time.Millisecond
+	l := claim(t, newClient(t, env), o)
+	ctx, cancel := l.Context(ctxT(t))
+	defer cancel()
+	other, cancelOther := l.Context(ctxT(t))
+	cancelOther()
+	if !errors.Is(context.Cause(other), context.Canceled) || errors.Is(context.Cause(other), lease.ErrLost) {
+		t.Fatalf("cancelled context: cause %v", context.Cause(other))
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("context of a held lease ended: %v", context.Cause(ctx))
+	}
+	lease.PauseRenewals(l)
+	closed(t, ctx.Done(), "the context once the lease is lost")
+	if !errors.Is(context.Cause(ctx), lease.ErrLost) {
+		t.Fatalf("cause %v, want ErrLost", context.Cause(ctx))
+	}
+	late, cancelLate := l.Context(context.Background())
+	defer cancelLate()
+	if !errors.Is(context.Cause(late), lease.ErrLost) {
+		t.Fatalf("context of a lost lease: cause %v, want ErrLost at once", context.Cause(late))
+	}
+}

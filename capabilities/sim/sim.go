@@ -142,6 +142,10 @@ type Sim struct {
 	stopped    bool
 	natsSubs   []*nats.Subscription
 	timers     sync.WaitGroup // ready timers scheduled and not stopped
+	cmdDelay   time.Duration  // SetCommandDelay
+	pending    int            // commands received and not yet answered
+	handling   sync.WaitGroup // commands being handled; Stop waits for them
+	halt       chan struct{}  // closed by Stop: delayed commands are dropped
 }
 
 type source struct {
@@ -172,6 +176,7 @@ func New(nc *nats.Conn, opts Options) *Sim {
 	s := &Sim{
 		nc: nc, prefix: opts.Prefix, readyDelay: opts.ReadyDelay, log: opts.Logger, generation: opts.After,
 		pubs: map[string]*publication{}, subs: map[string]*SubscriptionInfo{}, failing: map[VariantRef]bool{},
+		halt: make(chan struct{}),
 	}
 	if s.prefix == "" {
 		s.prefix = capabilities.DefaultPrefix
@@ -288,8 +293,9 @@ func (s *Sim) unsubscribeLocked() {
 }
 
 // Stop unsubscribes (and flushes, so that the NATS server has dropped the subscriptions when Stop
-// returns) and stops every pending READY timer, waiting for any that is running. The state stays
-// inspectable. Stop may be called more than once.
+// returns), stops every pending READY timer, waiting for any that is running, and drops the commands
+// still waiting out a command delay (unanswered), waiting for the commands being handled. The state
+// stays inspectable. Stop may be called more than once.
 func (s *Sim) Stop() {
 	s.mu.Lock()
 	if s.stopped {
@@ -298,6 +304,7 @@ func (s *Sim) Stop() {
 		return
 	}
 	s.stopped = true
+	close(s.halt)
 	s.unsubscribeLocked()
 	for _, p := range s.pubs {
 		s.stopTimerLocked(p)
@@ -308,6 +315,7 @@ func (s *Sim) Stop() {
 		_ = s.nc.FlushTimeout(time.Second)
 	}
 	s.timers.Wait() // timer callbacks already running find s.stopped and return
+	s.handling.Wait()
 }
 
 // bumpLocked advances the generation and announces it (unless suppressed).
@@ -587,8 +595,49 @@ func (s *Sim) handleGet(m *nats.Msg) {
 	}
 }
 
+// SetCommandDelay makes every media command received from now on wait d before it is carried out and
+// answered, as on a slow or overloaded media server (0: at once). Commands of different kinds are
+// served concurrently, each kind in arrival order.
+func (s *Sim) SetCommandDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cmdDelay = max(d, 0)
+}
+
+// Pending returns how many media commands were received and are not answered yet (see
+// SetCommandDelay).
+func (s *Sim) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending
+}
+
 // handleCommand serves one media command.
 func (s *Sim) handleCommand(m *nats.Msg) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	delay := s.cmdDelay
+	s.pending++
+	s.handling.Add(1)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.pending--
+		s.mu.Unlock()
+		s.handling.Done()
+	}()
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-s.halt:
+			t.Stop()
+			return // a stopped server answers nothing
+		}
+	}
 	principal, cmd, ok := capabilities.ParseCommandSubject(s.prefix, m.Subject)
 	if !ok {
 		// Record the raw token so a test sees who tried.

@@ -356,3 +356,47 @@ func TestParseOutputProfile(t *testing.T) {
 		}
 	}
 }
+
+// A slow media server: with a command delay, a command is carried out and answered only after it,
+// Pending counts it meanwhile, and a Stop drops it unanswered (the handler does not outlive Stop).
+func TestCommandDelay(t *testing.T) {
+	s, nc := start(t, sim.Options{Sources: sim.Sources("front-door"), ReadyDelay: time.Hour})
+	session, _, _ := s.SessionID("front-door")
+	body := `{"session_id":"` + session + `","stream_id":"video","variant_id":"v","output_profile":"p","recording_mode":"inherit"}`
+	s.SetCommandDelay(time.Hour)
+	replies := make(chan error, 1)
+	rctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	go func() {
+		_, err := nc.RequestWithContext(rctx, capabilities.CommandSubject("kp", "alice", capabilities.CommandStartPublication), []byte(body))
+		replies <- err
+	}()
+	deadline := time.Now().Add(testTimeout)
+	for s.Pending() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the delayed command is not pending")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := len(s.Commands()); n != 0 || len(s.Publications()) != 0 {
+		t.Fatalf("a delayed command was carried out at once: %d commands, %d publications", n, len(s.Publications()))
+	}
+	s.SetCommandDelay(0) // later commands at once (those of another kind: each kind is served in order)
+	if r, raw := request(t, nc, "kp", "alice", capabilities.CommandStopPublication, `{"publication_id":"pub-0"}`); r.OK {
+		t.Fatal(raw)
+	}
+	if s.Pending() != 1 || len(s.Commands()) != 1 {
+		t.Fatalf("pending %d, commands %d: want the delayed one pending and the other done", s.Pending(), len(s.Commands()))
+	}
+	s.Stop()
+	if s.Pending() != 0 {
+		t.Fatalf("%d commands pending after Stop", s.Pending())
+	}
+	cancel() // the request gave up: it must not have had a reply
+	if err := <-replies; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the command pending at Stop: %v, want no answer", err)
+	}
+	if n := len(s.Commands()); n != 1 {
+		t.Fatalf("%d commands carried out, want 1", n)
+	}
+}

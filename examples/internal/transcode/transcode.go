@@ -271,6 +271,10 @@ func (t *Transcoder) claim(ctx context.Context, key string, in reconciler.MediaI
 
 // publish resolves the source, starts the publication when needed and reports what exists.
 func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.MediaIntent, b *binding) (reconciler.Result, error) {
+	// What follows is the holder's to do: it stops waiting once the lease is lost (a media command on a
+	// slow server can outlive it), and a start is sent only while the lease is held.
+	ctx, cancel := b.lease.Context(ctx)
+	defer cancel()
 	st := reconciler.ObservedStatus{SubjectKey: key, ObservedAtMs: time.Now().UnixMilli(), Holder: t.cfg.WorkerID, VariantID: in.VariantID}
 	caps := t.tracker.Current()
 	src, ok := caps.Source(in.SourceID)
@@ -301,6 +305,11 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 		return reconciler.Result{}, nil // a capability change or an intent change re-enqueues
 	}
 	if b.publicationID == "" || b.sessionID != src.SessionID {
+		if !b.lease.Held() {
+			// Lost while stopping, say: a start now would take the variant over from the new holder
+			// (same principal). The loss re-enqueues the intent; claim then stops what is ours.
+			return reconciler.Result{RequeueAfter: 100 * time.Millisecond}, nil
+		}
 		gen := caps.Generation
 		rep, err := t.cmds.StartPublication(ctx, capabilities.StartPublicationRequest{SessionID: src.SessionID, StreamID: stream.StreamID,
 			VariantID: in.VariantID, OutputProfile: in.OutputProfile, RecordingMode: in.RecordingMode})

@@ -60,7 +60,6 @@ func readyPublication(f *fixture) (sim.PublicationInfo, bool) {
 	return sim.PublicationInfo{}, false
 }
 
-// The coordinator changes the desired recording mode of a running publication: the transcoder must
 // The intent's recording_mode changes: the transcoder stops its publication and starts one with the
 // new mode.
 func TestRecordingModeChangeIsApplied(t *testing.T) {
@@ -137,4 +136,60 @@ func TestLostLeaseStopsThePublication(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "tx-1's publication stopped", func() bool { return len(f.Sim.Publications()) == 0 })
+}
+
+// A transcoder that loses its lease while a media command is under way sends no further command for
+// the intent: here the intent changes, its stop of the old publication is slow, and the lease goes to
+// another holder meanwhile. A start after the stop would take the variant over from the new holder.
+func TestNoStartAfterTheLeaseIsLost(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	stopped := make(chan string, 16)
+	tr, err := transcode.New(transcode.Config{Conn: f.Connect(t, svc), Principal: svc, WorkerID: "tx-1", Service: svc,
+		LeaseTTL: 1500 * time.Millisecond, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		Events: func(e transcode.Event) {
+			if e.Kind == "stopped" {
+				select {
+				case stopped <- e.Detail:
+				default:
+				}
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.Run(t, tr.Run)
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "publication READY", func() bool { _, ok := readyPublication(f); return ok })
+	f.Sim.SetCommandDelay(3 * time.Second)
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("required")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the stop of the old publication under way", func() bool { return f.Sim.Pending() > 0 })
+	ttl := int64(60_000)
+	if _, err := f.Admin.Put(t.Context(), wire.PutRequest{Namespace: ns, Key: "leases/front-door-video-browser-h264-720p",
+		Schema: wire.SchemaLease, Document: []byte(`{"holder":"tx-2","claimed_at_ms":1}`), TTLMs: &ttl}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case why := <-stopped:
+		t.Logf("tx-1 stopped: %s", why)
+	case <-time.After(30 * time.Second):
+		t.Fatal("tx-1 never gave the intent up after losing its lease")
+	}
+	f.Sim.SetCommandDelay(0)
+	waitFor(t, 10*time.Second, "every command answered", func() bool { return f.Sim.Pending() == 0 })
+	starts := 0
+	for _, c := range f.Sim.Commands() {
+		if c.Command == capabilities.CommandStartPublication {
+			starts++
+		}
+	}
+	if starts != 1 {
+		t.Fatalf("%d publications started, want only the first: tx-1 sent a start after it lost the lease", starts)
+	}
+	if pubs := f.Sim.Publications(); len(pubs) != 0 {
+		t.Fatalf("publications left: %+v", pubs)
+	}
 }
