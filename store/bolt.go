@@ -474,52 +474,56 @@ func (b *boltBackend) write(tx *bolt.Tx, bt *batch) error {
 	if len(bt.audit) == 0 {
 		return nil
 	}
-	tail := tx.Bucket(bucketAuditTail)
 	// The records share one buffer (bbolt keeps each value until the commit; a record already put
 	// keeps the old array when the buffer grows).
 	buf := make([]byte, 0, 400*len(bt.audit))
+	recs := make([][]byte, len(bt.audit))
 	for i := range bt.audit {
 		start := len(buf)
 		buf = bt.audit[i].appendJSON(buf)
-		if err := tail.Put(seqKey(bt.audit[i].Seq), buf[start:len(buf):len(buf)]); err != nil {
-			return err
-		}
+		recs[i] = buf[start:len(buf):len(buf)]
 	}
 	last := bt.audit[len(bt.audit)-1]
 	head, _ := json.Marshal(auditHead{Seq: last.Seq, Hash: last.Hash})
 	if err := meta.Put(metaAuditHead, head); err != nil {
 		return err
 	}
-	ab := tx.Bucket(bucketAudit)
-	if moved, err := flushAuditTail(tail, ab); err != nil || !moved {
-		return err
-	}
-	return b.prune(meta, ab, last.Seq)
-}
-
-// flushAuditTail moves the audit tail's records into the audit log once the tail is too big for bbolt
-// to keep inline (a quarter page, counted as bbolt counts it); it reports whether it did.
-func flushAuditTail(tail, log *bolt.Bucket) (bool, error) {
+	// New records go to the audit tail while it stays small enough for bbolt to keep inline (a quarter
+	// page, counted as bbolt counts it): a commit of a few changes then writes no page of the log.
+	// Once the tail would outgrow that, its records and the new ones go to the log.
 	const pageHeader, leafElement = 16, 16
+	tail, ab := tx.Bucket(bucketAuditTail), tx.Bucket(bucketAudit)
 	size := pageHeader
 	c := tail.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		size += leafElement + len(k) + len(v)
 	}
-	if size <= tail.Tx().DB().Info().PageSize/4 {
-		return false, nil
+	for _, r := range recs {
+		size += leafElement + 8 + len(r)
 	}
-	log.FillPercent = 1.0 // keys only ever append: fill pages instead of splitting them in half
-	for k, v := c.First(); k != nil; k, v = c.First() {
-		// The tail's own memory is not the log's to keep: bbolt holds a value until the commit.
-		if err := log.Put(bytes.Clone(k), bytes.Clone(v)); err != nil {
-			return false, err
+	into := tail
+	if size > tx.DB().Info().PageSize/4 {
+		ab.FillPercent = 1.0 // keys only ever append: fill pages instead of splitting them in half
+		for k, v := c.First(); k != nil; k, v = c.First() {
+			// The tail's own memory is not the log's to keep: bbolt holds a value until the commit.
+			if err := ab.Put(bytes.Clone(k), bytes.Clone(v)); err != nil {
+				return err
+			}
+			if err := c.Delete(); err != nil {
+				return err
+			}
 		}
-		if err := c.Delete(); err != nil {
-			return false, err
+		into = ab
+	}
+	for i, r := range recs {
+		if err := into.Put(seqKey(bt.audit[i].Seq), r); err != nil {
+			return err
 		}
 	}
-	return true, nil
+	if into == tail {
+		return nil
+	}
+	return b.prune(meta, ab, last.Seq)
 }
 
 // prune applies the retention rule (see auditCheckpoint).
