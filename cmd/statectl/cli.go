@@ -269,6 +269,10 @@ type conn struct {
 // PERMISSION_DENIED: a request on a subject the principal may not publish to gets no reply, and would
 // otherwise wait for --timeout. refused says what was refused.
 func (cn *conn) do(ctx context.Context, refused func(violation error) error, fn func(context.Context) error) error {
+	// A violation already reported belongs to an earlier publish (a watch's ack, say), not to fn's.
+	for len(cn.violations) > 0 {
+		<-cn.violations
+	}
 	rctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	go func() {

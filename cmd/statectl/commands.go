@@ -84,7 +84,7 @@ func (a *app) cmdPut(ctx context.Context, cmd *command, args []string) error {
 	if len(pos) == 4 {
 		src = pos[3]
 	}
-	raw, err := a.readDocument(src)
+	raw, err := a.readDocument(ctx, src)
 	if err != nil {
 		return err
 	}
@@ -107,9 +107,30 @@ func (a *app) cmdPut(ctx context.Context, cmd *command, args []string) error {
 	return writeEntry(a.stdout, e, false)
 }
 
-// readDocument reads the document from a file, or stdin for "-".
-func (a *app) readDocument(src string) ([]byte, error) {
-	var r io.Reader = a.stdin
+// readDocument reads the document from a file, or stdin for "-". ctx ends the wait: statectl catches
+// Ctrl-C, and a read from a terminal (or a FIFO) nobody writes to would otherwise never end. The
+// abandoned read goes on until its input ends or the process exits.
+func (a *app) readDocument(ctx context.Context, src string) ([]byte, error) {
+	type read struct {
+		b   []byte
+		err error
+	}
+	done := make(chan read, 1)
+	go func() {
+		b, err := readAll(a.stdin, src)
+		done <- read{b, err}
+	}()
+	select {
+	case r := <-done:
+		return r.b, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("read the document: %w", ctx.Err())
+	}
+}
+
+// readAll reads the document of src ("-": stdin), at most maxDocumentInput bytes.
+func readAll(stdin io.Reader, src string) ([]byte, error) {
+	r := stdin
 	if src != "-" {
 		f, err := os.Open(src)
 		if err != nil {

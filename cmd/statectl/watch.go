@@ -50,7 +50,7 @@ func (a *app) cmdWatch(ctx context.Context, cmd *command, args []string) error {
 		return err
 	}
 	defer cn.close()
-	w.c = cn.c
+	w.cn, w.c = cn, cn.c
 	if err := w.run(wctx); err != nil {
 		return err
 	}
@@ -70,6 +70,7 @@ func randomHex(n int) string {
 // watcher prints one raw watch, and watches again whenever the watch can no longer be trusted.
 type watcher struct {
 	a      *app
+	cn     *conn // its NATS permission violations end a watch request at once
 	c      *client.Client
 	ns     string
 	prefix string
@@ -93,18 +94,15 @@ func (w *watcher) requestTimeout() time.Duration {
 func (w *watcher) done() bool { return w.count > 0 && w.printed >= w.count }
 
 // run watches until ctx ends, the count is reached, or the watch fails for good. It returns nil when
-// ctx ends after the first watch opened, or when it is cancelled (interrupted) before.
+// ctx ends after the first watch opened.
 func (w *watcher) run(ctx context.Context) error {
 	nc := w.c.Conn()
 	status := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
 	defer nc.RemoveStatusListener(status)
 	wt, err := w.open(ctx) // the first watch fails at once: bad arguments, no permission, no server
 	if err != nil {
-		if errors.Is(ctx.Err(), context.Canceled) {
-			return nil
-		}
-		// Also when the --timeout deadline passed before any answer: the request's error (a
-		// deadline) is reported as TIMEOUT, like that of any other command.
+		// Also when ctx ended before any answer, as for any other command: interrupted (Ctrl-C) is
+		// INTERRUPTED (exit 130), the --timeout deadline TIMEOUT (exit 3).
 		return err
 	}
 	for {
@@ -120,11 +118,19 @@ func (w *watcher) run(ctx context.Context) error {
 	}
 }
 
-// open starts a new incarnation and prints its snapshot.
+// open starts a new incarnation and prints its snapshot. The watch request is bounded by the request
+// timeout (ctx may be the whole --timeout), and a request NATS refuses is PERMISSION_DENIED at once,
+// as for every other command.
 func (w *watcher) open(ctx context.Context) (*client.Watch, error) {
 	w.incarnation++
 	id := fmt.Sprintf("%s-%d", w.idBase, w.incarnation)
-	wt, err := w.c.Watch(ctx, wire.WatchRequest{WatchID: id, Namespace: w.ns, KeyPrefix: w.prefix})
+	var wt *client.Watch
+	rctx, cancel := context.WithTimeout(ctx, w.requestTimeout())
+	err := w.cn.state(rctx, func(ctx context.Context) (err error) {
+		wt, err = w.c.Watch(ctx, wire.WatchRequest{WatchID: id, Namespace: w.ns, KeyPrefix: w.prefix})
+		return err
+	})
+	cancel()
 	if err != nil {
 		if wire.CodeOf(err) == "" && !w.c.Conn().IsClosed() {
 			// No answer: the watch may have been registered all the same. Remove it, or it would
@@ -152,9 +158,7 @@ func (w *watcher) reopen(ctx context.Context, status chan nats.Status) (*client.
 			return nil, nil
 		}
 		drain(status)
-		actx, cancel := context.WithTimeout(ctx, w.requestTimeout())
-		wt, err := w.open(actx)
-		cancel()
+		wt, err := w.open(ctx)
 		if err == nil {
 			return wt, nil
 		}
@@ -256,10 +260,18 @@ func (w *watcher) follow(ctx context.Context, wt *client.Watch, status chan nats
 				return "", false, err
 			}
 			w.seq = m.WatchSequence
+			if w.done() {
+				return "", false, nil // no ack: the watch is unwatched now
+			}
 			if gone != nil {
 				continue // the watch is gone: its close is on its way
 			}
-			if err := wt.Ack(ctx, w.seq); err != nil {
+			// Bounded like every request (ctx may be the whole --timeout): an ack nobody answers
+			// (a stated that hangs) is given up, and the watch starts again.
+			actx, cancel := context.WithTimeout(ctx, w.requestTimeout())
+			err := wt.Ack(actx, w.seq)
+			cancel()
+			if err != nil {
 				if ctx.Err() != nil {
 					return "", false, nil
 				}
@@ -268,10 +280,6 @@ func (w *watcher) follow(ctx context.Context, wt *client.Watch, status chan nats
 					return ackFailed, false, nil
 				}
 				gone = time.After(w.requestTimeout())
-				continue
-			}
-			if w.done() {
-				return "", false, nil
 			}
 		}
 	}

@@ -111,8 +111,13 @@ func (c *Client) Conn() *nats.Conn { return c.nc }
 // even when ctx ends first: until the later of ctx's deadline and c's request timeout. If the reply
 // comes before ctx ends, Finish returns it. Otherwise it returns ctx.Err() itself at once, and calls late
 // with the request's result when it comes (on a goroutine of its own), so the caller can undo what a
-// request it gave up on did after all.
+// request it gave up on did after all. A ctx that has already ended sends nothing: Finish returns
+// ctx.Err() and never calls late (a request sent regardless could take an id a next call needs).
 func Finish[T any](ctx context.Context, c *Client, request func(context.Context) (T, error), late func(T, error)) (T, error) {
+	if err := ctx.Err(); err != nil {
+		var zero T
+		return zero, err
+	}
 	deadline := time.Now().Add(c.timeout)
 	if d, ok := ctx.Deadline(); ok && d.After(deadline) {
 		deadline = d
@@ -158,7 +163,9 @@ func (c *Client) nextID() int64 { return c.lastID.Add(1) }
 func (c *Client) call(ctx context.Context, op wire.Op, id int64, req any) (wire.Result, error) {
 	data, err := wire.EncodeRequest(req)
 	if err != nil {
-		return wire.Result{}, fmt.Errorf("store/client: encode %s request: %w", op, err)
+		// Only what the caller sent fails to encode (a put's document that is not JSON): the
+		// server would answer INVALID_ARGUMENT, and the caller matches it the same way.
+		return wire.Result{}, wire.Errorf(wire.CodeInvalidArgument, "%s request does not encode: %v", op, err)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

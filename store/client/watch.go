@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 
@@ -31,6 +32,11 @@ type Watch struct {
 	mu    sync.RWMutex // held for reading while delivering, for writing to end
 	ended bool
 	err   error
+
+	// serverClosed is set once a CLOSED message arrived: the server has dropped the watch and its id
+	// is free again (SPEC section 7.6), perhaps already taken by a newer watch that Stop must not
+	// unwatch.
+	serverClosed atomic.Bool
 
 	stopMu sync.Mutex
 	local  bool // Messages closed and the subscription gone
@@ -69,6 +75,11 @@ func (c *Client) Watch(ctx context.Context, req wire.WatchRequest) (*Watch, erro
 // and the client's request timeout passes); a watch its reply says was registered is then unwatched.
 // An unwatch sent at once instead could reach the server before the watch it means.
 func (c *Client) watchRequest(ctx context.Context, req wire.WatchRequest) (*wire.WatchState, error) {
+	if err := ctx.Err(); err != nil {
+		// Nothing is sent (see Finish), and an earlier request cut short stays the latest for the
+		// id: its registration, if any, is still reaped.
+		return nil, fmt.Errorf("store/client: %s request on %s: %w", wire.OpWatch, c.requestSubject(wire.OpWatch), err)
+	}
 	req.RequestID = c.nextID()
 	c.startWatchRequest(req.WatchID, req.RequestID)
 	latest := false // set when the reply comes: no later request for the id was sent meanwhile
@@ -142,6 +153,9 @@ func (w *Watch) deliver(msg *nats.Msg) {
 		return
 	}
 	if err == nil {
+		if m.Kind == wire.UpdateClosed {
+			w.serverClosed.Store(true) // before the reader can see the close and reuse the id
+		}
 		select {
 		case w.out <- m:
 		case <-w.done:
@@ -193,14 +207,18 @@ func (w *Watch) Err() error {
 // Ack acknowledges every update up to seq.
 func (w *Watch) Ack(ctx context.Context, seq uint64) error { return w.c.Ack(ctx, w.id, seq) }
 
-// Stop unwatches, unsubscribes and closes Messages. A watch the server already closed (NOT_FOUND
-// from unwatch) is not an error. Messages is closed and the subscription ended by the first call,
-// whatever happens; if the unwatch failed (ctx ended, no answer), the server may still hold the watch
+// Stop unwatches, unsubscribes and closes Messages. A watch whose CLOSED message arrived is not
+// unwatched (its id is free again and may name a newer watch by now); a watch the server already
+// closed otherwise (NOT_FOUND from unwatch) is not an error. Messages is closed and the
+// subscription ended by the first call, whatever happens; if the unwatch failed (ctx ended, no answer), the server may still hold the watch
 // and Stop returns the error: call it again to retry. Once an unwatch succeeded, Stop returns nil.
 func (w *Watch) Stop(ctx context.Context) error {
 	w.stopMu.Lock()
 	defer w.stopMu.Unlock()
 	var err error
+	if w.serverClosed.Load() {
+		w.gone = true
+	}
 	if !w.gone {
 		err = w.c.Unwatch(ctx, w.id)
 		if err == nil || errors.Is(err, wire.ErrNotFound) || errors.Is(err, nats.ErrConnectionClosed) {

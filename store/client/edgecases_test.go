@@ -1,0 +1,98 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// A watch the server closed is gone and its id free again (SPEC 7.6): a Watch that received the
+// CLOSED message must not unwatch that id on Stop, for it may by then name a newer registration.
+func TestStopAfterCloseLeavesANewerWatchOfTheSameID(t *testing.T) {
+	env := startEnv(t)
+	c := newClient(t, env, alice.ID)
+	ctx := ctxT(t)
+	const ns = "user/alice"
+	old, err := c.Watch(ctx, wire.WatchRequest{WatchID: "same", Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !env.Store.CloseWatch(alice, "same", wire.CloseOverflow, "test") {
+		t.Fatal("the watch was not live")
+	}
+	if m := recv(t, old.Messages()); m.Kind != wire.UpdateClosed {
+		t.Fatalf("message %+v, want CLOSED", m)
+	}
+	waitClosed(t, old.Messages())
+	fresh, err := c.Watch(ctx, wire.WatchRequest{WatchID: "same", Namespace: ns})
+	if err != nil {
+		t.Fatalf("watch again with the freed id: %v", err)
+	}
+	defer func() { _ = fresh.Stop(ctxT(t)) }()
+	if err := old.Stop(ctx); err != nil {
+		t.Fatalf("Stop of the closed watch: %v", err)
+	}
+	// The newer watch is still live: an ack of its (empty) progress is accepted, and it gets updates.
+	if err := c.Ack(ctx, "same", 0); err != nil {
+		t.Fatalf("the newer watch is gone after the old one's Stop: %v", err)
+	}
+	e, err := c.Put(ctx, preference(ns, "k", "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := recv(t, fresh.Messages()); m.Kind != wire.UpdatePut || m.Revision != e.Revision {
+		t.Fatalf("newer watch got %+v, want the PUT at %d", m, e.Revision)
+	}
+	if err := fresh.Stop(ctx); err != nil {
+		t.Fatalf("Stop of the newer watch: %v", err)
+	}
+	if err := c.Ack(ctx, "same", 1); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("ack after the newer watch's Stop: %v, want NOT_FOUND", err)
+	}
+}
+
+// A document that is not JSON is INVALID_ARGUMENT (SPEC section 5, check 1) whether the client or
+// the server finds it: callers match it with errors.Is like any other answer, and nothing is sent.
+func TestPutOfMalformedDocumentIsInvalidArgument(t *testing.T) {
+	env := startEnv(t)
+	c := newClient(t, env, alice.ID)
+	ctx := ctxT(t)
+	const ns = "user/alice"
+	for _, doc := range []string{`{"kind":`, `not json`, ``} {
+		req := preference(ns, "k", "x")
+		req.Document = []byte(doc)
+		if _, err := c.Put(ctx, req); !errors.Is(err, wire.ErrInvalidArgument) {
+			t.Errorf("put of document %q: %v, want INVALID_ARGUMENT", doc, err)
+		}
+	}
+	if _, err := c.Get(ctx, ns, "k"); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("get after the refused puts: %v, want NOT_FOUND", err)
+	}
+}
+
+// A watch asked for with a context that has already ended is not sent at all: it fails with the
+// context's error and leaves nothing on the server, so the id is free for the next request at once.
+func TestWatchWithAnEndedContextSendsNothing(t *testing.T) {
+	env := startEnv(t)
+	c := newClient(t, env, alice.ID)
+	ctx := ctxT(t)
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	for i := range 20 {
+		id := fmt.Sprintf("ended-%d", i)
+		if _, err := c.Watch(ended, wire.WatchRequest{WatchID: id, Namespace: "user/alice"}); !errors.Is(err, context.Canceled) {
+			t.Fatalf("watch with an ended context: %v, want context.Canceled", err)
+		}
+		w, err := c.Watch(ctx, wire.WatchRequest{WatchID: id, Namespace: "user/alice"})
+		if err != nil {
+			t.Fatalf("watch %s right after the one given up: %v", id, err)
+		}
+		if err := w.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitNoWatches(t, env)
+}
