@@ -5,10 +5,12 @@ package stated
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -170,10 +172,19 @@ func (c *Config) Validate() error {
 	if c.NATS.URL == "" && c.NATS.Listen == "" {
 		return fmt.Errorf("nats: set listen or url")
 	}
+	if err := checkListen(c.HTTPListen); err != nil {
+		return fmt.Errorf("http_listen: %w", err)
+	}
+	if c.NATS.Listen != "" {
+		if err := checkListen(c.NATS.Listen); err != nil {
+			return fmt.Errorf("nats: listen: %w", err)
+		}
+	}
 	if c.NATS.WatchSweepMs != 0 && c.NATS.WatchSweepMs < 10 {
 		return fmt.Errorf("nats: watch_sweep_ms must be at least 10, got %d", c.NATS.WatchSweepMs)
 	}
 	seen := map[string]bool{}
+	nkeyOwner := map[string]string{} // NATS keys nkey users by their key: one key is one user
 	for _, p := range c.Principals {
 		if !wire.ValidPrincipalID(p.ID) {
 			return fmt.Errorf("principal %q: invalid id", p.ID)
@@ -188,6 +199,10 @@ func (c *Config) Validate() error {
 		if p.Nkey != "" && !nkeys.IsValidPublicUserKey(p.Nkey) {
 			return fmt.Errorf("principal %q: nkey must be a user public key (U..., as `nsc` or `nk -gen user -pubout` print it)", p.ID)
 		}
+		if other, dup := nkeyOwner[p.Nkey]; dup && p.Nkey != "" {
+			return fmt.Errorf("principals %q and %q have the same nkey: give each its own", other, p.ID)
+		}
+		nkeyOwner[p.Nkey] = p.ID
 	}
 	if _, err := c.BoundsValue(); err != nil {
 		return err
@@ -196,6 +211,23 @@ func (c *Config) Validate() error {
 		if !wire.ValidNamespace(ns) || ns == string(wire.KindSystem) {
 			return fmt.Errorf("state_store.settings: %q is not a namespace that can be settings-backed", ns)
 		}
+	}
+	return nil
+}
+
+// checkListen checks a listen address: host:port with a port number from 0 (any free port) to 65535.
+// An empty address would have the server listen on every interface, on a random port; the host may
+// be empty (":9095") to ask for every interface on purpose.
+func checkListen(addr string) error {
+	if addr == "" {
+		return fmt.Errorf("empty address (want host:port, such as 127.0.0.1:9095)")
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: %w", addr, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%q: the port must be a number from 0 to 65535", addr)
 	}
 	return nil
 }

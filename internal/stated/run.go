@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -259,13 +260,8 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if reason := st.Unavailable(); reason != nil {
-			http.Error(w, "not ready: the state store is not served: "+reason.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
+	var stopping atomic.Bool
+	mux.HandleFunc("/readyz", readyz(st, &stopping))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{DisableCompression: true}))
 	ln, err := net.Listen("tcp", cfg.HTTPListen)
 	if err != nil {
@@ -314,6 +310,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		}
 		break
 	}
+	stopping.Store(true)
 	logger.Info("stopping: finishing in-flight commits and closing watches with SHUTDOWN")
 	stopCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -326,6 +323,27 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// readyz answers /readyz: 200 while the store serves; 503 with the reason once it does not, whether it
+// never loaded, stopped after a storage error or was closed, and from the moment stated begins to
+// stop (stopping), when it takes no more requests.
+func readyz(st *store.Store, stopping *atomic.Bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if stopping.Load() {
+			http.Error(w, "not ready: stated is stopping", http.StatusServiceUnavailable)
+			return
+		}
+		if reason := st.Unavailable(); reason != nil {
+			http.Error(w, "not ready: the state store is not served: "+reason.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if st.Serving() != nil {
+			http.Error(w, "not ready: the state store is closed", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	}
 }
 
 // reload rereads the configuration file and applies its principals: NATS users and permissions on the
@@ -343,6 +361,19 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, internalPass
 	if (len(next.Principals) == 0) != (len(cfg.Principals) == 0) {
 		logger.Error("SIGHUP: switching between the dev principal and configured principals needs a restart")
 		return
+	}
+	// Only principals are reloaded. The NATS permissions are made for the prefix the server serves:
+	// made for a prefix changed in the file, they would lock every principal out of the running
+	// server's subjects.
+	if next.SubjectPrefix != cfg.SubjectPrefix {
+		logger.Warn("SIGHUP: subject_prefix changed in the file; it takes effect at the next restart",
+			"serving", cfg.SubjectPrefix, "file", next.SubjectPrefix)
+		next.SubjectPrefix = cfg.SubjectPrefix
+	}
+	if nb, err := next.BoundsValue(); err == nil {
+		if cb, err := cfg.BoundsValue(); err == nil && nb != cb {
+			logger.Warn("SIGHUP: bounds changed in the file; they take effect at the next restart")
+		}
 	}
 	if ns != nil && len(next.Principals) > 0 {
 		if err := ns.Reload(natsUsers(next, internalPassword)); err != nil {

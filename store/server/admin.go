@@ -91,6 +91,11 @@ func randomID() string {
 // adminHandler serves an admin op for admin principals.
 func (s *Server) adminHandler(op wire.Op) micro.HandlerFunc {
 	return func(req micro.Request) {
+		if !s.replyAllowed(req.Subject(), "admin.v1", req.Reply()) {
+			s.opts.Logger.Debug("admin request not served: its reply subject lies outside its principal's space",
+				"subject", req.Subject(), "reply", req.Reply())
+			return
+		}
 		go func() {
 			s.inflight.RLock()
 			defer s.inflight.RUnlock()

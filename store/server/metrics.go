@@ -29,7 +29,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "state_requests_total", Help: "State API requests by op and result code (OK, a SPEC error code, or NO_REPLY: the request timed out in the store, its outcome unknown, and got no reply).",
+			Name: "state_requests_total", Help: "State API requests by op and result code (OK, a SPEC error code, NO_REPLY: the request timed out in the store, its outcome unknown, and got no reply, or REPLY_REFUSED: not served, its reply subject lay outside its principal's space).",
 		}, []string{"op", "code"}),
 		RequestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "state_request_duration_seconds", Help: "State API request latency by op.",

@@ -305,6 +305,16 @@ type lanes struct {
 	closed bool
 	chs    []chan func()
 	wg     sync.WaitGroup
+	// quit is closed when close begins: a run waiting for room in a full lane (its functions stuck
+	// on the store) gives up on the lane rather than hold close, and so Stop, past its context.
+	quitOnce  sync.Once
+	closeOnce sync.Once
+	quit      chan struct{}
+}
+
+func (l *lanes) quitting() chan struct{} {
+	l.quitOnce.Do(func() { l.quit = make(chan struct{}) })
+	return l.quit
 }
 
 // laneCount is how many lanes a lanes has unless it says otherwise.
@@ -333,16 +343,24 @@ func (l *lanes) run(key string, fn func()) {
 	h.Write([]byte(key))
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	if l.closed {
-		go fn() // a request that raced the stop: it is answered UNAVAILABLE (a heartbeat, dropped)
+	if l.closed || l.chs == nil {
+		// A request that raced the stop: it is answered UNAVAILABLE (a heartbeat, dropped). No lanes
+		// at all means close won the first run's once: it is about to mark them closed.
+		go fn()
 		return
 	}
-	l.chs[h.Sum32()%uint32(len(l.chs))] <- fn
+	select {
+	case l.chs[h.Sum32()%uint32(len(l.chs))] <- fn:
+	case <-l.quitting():
+		go fn() // as after the close
+	}
 }
 
 // close ends the lanes after the functions already queued; wg is done when they have run.
 func (l *lanes) close() {
 	l.once.Do(func() {})
+	quit := l.quitting()
+	l.closeOnce.Do(func() { close(quit) })
 	l.mu.Lock()
 	if !l.closed {
 		l.closed = true
@@ -356,6 +374,14 @@ func (l *lanes) close() {
 func (s *Server) serve(op wire.Op, req micro.Request) {
 	start := time.Now()
 	s.activity.Add(1)
+	if !s.replyAllowed(req.Subject(), "state.v1", req.Reply()) {
+		s.opts.Logger.Debug("request not served: its reply subject lies outside its principal's space",
+			"subject", req.Subject(), "reply", req.Reply())
+		if m := s.opts.Metrics; m != nil {
+			m.observeRequest(string(op), ReplyRefused, time.Since(start))
+		}
+		return
+	}
 	s.inflight.RLock()
 	defer s.inflight.RUnlock()
 	var id int64
@@ -380,6 +406,9 @@ func (s *Server) serve(op wire.Op, req micro.Request) {
 	// the reply into the connection's buffer.
 	bp := encodeBuffers.Get().(*[]byte)
 	*bp = wire.AppendResult((*bp)[:0], &res)
+	if op == wire.OpList {
+		*bp = fitPage(*bp, &res, s.nc.MaxPayload())
+	}
 	respErr := req.Respond(*bp)
 	putEncodeBuffer(bp)
 	if after != nil {
@@ -392,6 +421,59 @@ func (s *Server) serve(op wire.Op, req micro.Request) {
 		}
 		m.observeRequest(string(op), code, time.Since(start))
 	}
+}
+
+// ReplyRefused is the code label of the requests the server did not serve because of their reply
+// subject (see replyAllowed).
+const ReplyRefused = "REPLY_REFUSED"
+
+// replyAllowed reports whether the server may publish the reply to a request on subject (of kind
+// "state.v1" or "admin.v1") on reply. NATS lets a principal publish only under its own subjects, but a
+// request's reply subject is the requester's choice, and the server publishes as itself, anywhere: a
+// reply on any other subject (another principal's watch subjects, heartbeats, media commands,
+// capabilities, a $ system subject, another application's subjects on a shared NATS) or in another
+// configured principal's inbox (_INBOX.<principal>...) would have the server publish there on the
+// requester's behalf: into another principal's watch, say, which then ends on a message that is not an
+// update. Such a request is not served. Replies go to inboxes only (SPEC section 9): the requester's
+// own, or one of no configured principal (a client without the inbox prefix, where NATS runs without
+// authorization: the dev principal, or the nats CLI). A request without a reply subject is served
+// (nothing is sent).
+func (s *Server) replyAllowed(subject, kind, reply string) bool {
+	if reply == "" {
+		return true
+	}
+	rest, ok := strings.CutPrefix(reply, "_INBOX.")
+	if !ok {
+		return false
+	}
+	owner, _, _ := strings.Cut(rest, ".")
+	toks, err := wire.SubjectTokens(subject, s.opts.Prefix, kind, 2)
+	if err != nil || owner == toks[0] {
+		return true
+	}
+	if _, known := s.Principal(toks[0]); !known {
+		// Answered PERMISSION_DENIED: only where NATS does not enforce identities can anyone
+		// publish under a principal that is not configured.
+		return true
+	}
+	_, other := s.Principal(owner)
+	return !other
+}
+
+// fitPage shortens a list page whose encoding b is larger than the NATS server takes in one message
+// (limit, as the connection learned it): a page of 100 documents of 16 KiB is. Such a reply could not be
+// sent, and the client would wait for it in vain. The page keeps the first entries that fit, and its
+// next_after_key names the last of them, so the client reads the rest as the next page: limit is the
+// most a page holds, and next_after_key says more entries follow. A page of one entry stays as it is.
+func fitPage(b []byte, res *wire.Result, limit int64) []byte {
+	for limit > 0 && int64(len(b)) > limit && len(res.Entries) > 1 {
+		n := len(res.Entries)
+		keep := min(max(int(int64(n)*limit/int64(len(b))), 1), n-1)
+		res.Entries = res.Entries[:keep]
+		res.NextAfterKey = res.Entries[keep-1].Key
+		b = wire.AppendResult(b[:0], res)
+	}
+	return b
 }
 
 // errorResult is the reply to a request the engine answered err. A request whose context ended while

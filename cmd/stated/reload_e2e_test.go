@@ -1,0 +1,52 @@
+package main_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// waitForLog waits until stated's log holds want, within the test timeout.
+func waitForLog(t *testing.T, logs func() string, want string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(logs(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stated never logged %q:\n%s", want, logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestE2ESighupKeepsTheSubjectPrefixInForce: SIGHUP reloads principals only. A configuration file
+// whose subject_prefix changed meanwhile must not give the principals NATS permissions under a
+// prefix the running server does not serve: they keep working under the prefix in force, and the
+// log says the change needs a restart.
+func TestE2ESighupKeepsTheSubjectPrefixInForce(t *testing.T) {
+	s := startStated(t)
+	alice, errs := conn(t, s, "alice")
+	raw, err := os.ReadFile(s.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.ConfigPath, append([]byte("subject_prefix = \"acme\"\n"), raw...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.Reload()
+	waitForLog(t, s.Logs, "SIGHUP: principals reloaded")
+	if !strings.Contains(s.Logs(), "subject_prefix") {
+		t.Fatalf("the log does not say the subject_prefix change waits for a restart:\n%s", s.Logs())
+	}
+	r := request(t, alice, "alice", wire.OpPut, `{"namespace":"user/alice","key":"prefs","schema":"keeppeek.preference.v1","document":{"kind":"ui"}}`)
+	if !r.OK {
+		t.Fatalf("alice's put after the reload: %+v", r)
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("alice's connection after the reload: %v", err)
+	default:
+	}
+}
