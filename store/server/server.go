@@ -41,6 +41,12 @@ type Options struct {
 	// RequestTimeout bounds how long one request may wait on the engine. Default 30 s. A request that
 	// reaches it gets no reply: a write may still commit, so no error code would be true.
 	RequestTimeout time.Duration
+	// MaxConcurrentRequests bounds how many requests (other than acks and unwatches, which run on
+	// ordered lanes) are handled at once. Default 1024, as many as one commit takes. Past it, an
+	// endpoint takes its next request only when one ends: the rest wait in NATS (which drops them,
+	// as from any slow consumer, past its pending limits) instead of each holding a goroutine and its
+	// body in stated's memory while a flood of requests waits for a slow disk.
+	MaxConcurrentRequests int
 	// Interest, when set, reports whether anyone subscribes to a subject (an embedded NATS server can
 	// tell; a client of an external one cannot). The server then looks every SweepInterval for watches
 	// whose delivery subject has no subscriber, and drops one that has none at two looks running: its
@@ -67,6 +73,7 @@ type Server struct {
 	inflight sync.RWMutex
 	stopped  bool
 	backups  backups
+	slots    chan struct{} // one per request being handled off the lanes (MaxConcurrentRequests)
 	lanes    lanes         // acks and unwatches, ordered per principal
 	hbLanes  lanes         // heartbeats, ordered per worker
 	activity atomic.Uint64 // requests handled
@@ -96,15 +103,48 @@ func New(st *store.Store, nc *nats.Conn, opts Options) (*Server, error) {
 	if opts.SweepInterval == 0 {
 		opts.SweepInterval = 15 * time.Second
 	}
+	if opts.MaxConcurrentRequests == 0 {
+		opts.MaxConcurrentRequests = 1024
+	}
+	if opts.MaxConcurrentRequests < 0 {
+		return nil, fmt.Errorf("server: negative MaxConcurrentRequests %d", opts.MaxConcurrentRequests)
+	}
 	if opts.SweepInterval < 0 {
 		return nil, fmt.Errorf("server: negative sweep interval %v", opts.SweepInterval)
 	}
-	s := &Server{st: st, nc: nc, opts: opts, hbLanes: lanes{n: heartbeatLanes}}
+	if err := checkPayload(st.Bounds(), nc.MaxPayload()); err != nil {
+		return nil, err
+	}
+	s := &Server{st: st, nc: nc, opts: opts, hbLanes: lanes{n: heartbeatLanes}, slots: make(chan struct{}, opts.MaxConcurrentRequests)}
 	if err := s.setPrincipals(opts.Principals); err != nil {
 		return nil, err
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
+}
+
+// envelopeRoom is what a message that carries one document needs beside it: the other fields of a
+// put request, a get's reply or a watch update (namespace, key, schema, owner, revisions, times, ids),
+// with room to spare.
+const envelopeRoom = 8192
+
+// checkPayload reports the bounds that a NATS server taking messages of at most maxPayload bytes could
+// not carry: a document of max_document_bytes in a put, a reply or an update, or a watch reply of
+// max_snapshot_bytes. Such a message would be refused by the client or the server, so a put, a reply
+// or a watch would fail with no state error to say why.
+func checkPayload(b wire.Bounds, maxPayload int64) error {
+	if maxPayload <= 0 {
+		return nil // not told (not connected yet): the connection's own errors will say
+	}
+	if b.MaxDocumentBytes+envelopeRoom > maxPayload {
+		return fmt.Errorf("server: max_document_bytes %d does not fit the NATS server's max_payload %d with %d bytes for the rest of a message: lower the bound or raise max_payload",
+			b.MaxDocumentBytes, maxPayload, envelopeRoom)
+	}
+	if b.MaxSnapshotBytes > maxPayload {
+		return fmt.Errorf("server: max_snapshot_bytes %d is more than the NATS server's max_payload %d: lower the bound or raise max_payload",
+			b.MaxSnapshotBytes, maxPayload)
+	}
+	return nil
 }
 
 func principalMap(ps []policy.Principal) (map[string]policy.Principal, error) {
@@ -278,7 +318,8 @@ func (s *Server) Stop(ctx context.Context) error {
 }
 
 // handler returns the micro handler of op. Every request but acks and unwatches runs on its own
-// goroutine, so concurrent writers share group commits and readers use every core. Acks and unwatches
+// goroutine (at most MaxConcurrentRequests at once), so concurrent writers share group commits and
+// readers use every core. Acks and unwatches
 // keep their arrival order per principal: each principal's go to one of a few ordered lanes.
 func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 	return func(req micro.Request) {
@@ -292,7 +333,11 @@ func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 			}
 			s.lanes.run(key, func() { s.serve(op, req) })
 		default:
-			go s.serve(op, req)
+			s.slots <- struct{}{} // a free slot first: past the bound, requests wait in NATS
+			go func() {
+				defer func() { <-s.slots }()
+				s.serve(op, req)
+			}()
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,10 +14,12 @@ import (
 	"github.com/keeppeek/coordination/internal/natstest"
 	"github.com/keeppeek/coordination/store"
 	"github.com/keeppeek/coordination/store/policy"
+	"github.com/keeppeek/coordination/store/wire"
 )
 
-// startServer starts a Server over a store on disk and an embedded NATS server; the test stops it.
-func startServer(t *testing.T) *Server {
+// startServer starts a Server with opts (principal coordinator, an admin, unless opts name some) over a
+// store on disk and an embedded NATS server; the test stops it.
+func startServer(t *testing.T, opts Options) *Server {
 	t.Helper()
 	ns := natstest.Start(t, natsserver.Options{})
 	st, err := store.Open(filepath.Join(t.TempDir(), "state-store.db"), store.DefaultOptions())
@@ -28,7 +31,10 @@ func startServer(t *testing.T) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	s, err := New(st, nc, Options{Principals: []policy.Principal{{ID: "coordinator", Admin: true}}})
+	if opts.Principals == nil {
+		opts.Principals = []policy.Principal{{ID: "coordinator", Admin: true}}
+	}
+	s, err := New(st, nc, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +47,7 @@ func startServer(t *testing.T) *Server {
 // Stop waits for what the lanes hold (acks, unwatches, heartbeats) only until its context ends, as it
 // waits for any request: a lane stuck on the store never keeps a SIGTERM from finishing.
 func TestStopWaitsForBusyLanesOnlyWithinItsContext(t *testing.T) {
-	s := startServer(t)
+	s := startServer(t, Options{})
 	release := make(chan struct{})
 	for _, l := range []*lanes{&s.lanes, &s.hbLanes} {
 		running := make(chan struct{})
@@ -71,7 +77,7 @@ func TestStopWaitsForBusyLanesOnlyWithinItsContext(t *testing.T) {
 // function (heartbeats keep coming while the disk stalls every commit): closing the lanes must not
 // wait for room in a lane that is not draining.
 func TestStopWithAFullLaneIsBoundedByItsContext(t *testing.T) {
-	s := startServer(t)
+	s := startServer(t, Options{})
 	release := make(chan struct{})
 	running := make(chan struct{})
 	const key = "kp.heartbeat.v1.alice.w1"
@@ -105,4 +111,68 @@ func TestStopWithAFullLaneIsBoundedByItsContext(t *testing.T) {
 		<-stopped
 	}
 	s.hbLanes.wg.Wait()
+}
+
+// Bounds a NATS message could not carry (a document of max_document_bytes with its envelope, a watch
+// reply of max_snapshot_bytes, against the server's max_payload) are refused when the server is made,
+// naming the bound; the defaults fit.
+func TestBoundsBeyondTheNATSPayloadAreRefused(t *testing.T) {
+	ns := natstest.Start(t, natsserver.Options{})
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	dir := t.TempDir()
+	for name, set := range map[string]func(*wire.Bounds){
+		"":                   func(*wire.Bounds) {},
+		"max_document_bytes": func(b *wire.Bounds) { b.MaxDocumentBytes = nc.MaxPayload() - envelopeRoom + 1 },
+		"max_snapshot_bytes": func(b *wire.Bounds) { b.MaxSnapshotBytes = nc.MaxPayload() + 1 },
+	} {
+		opts := store.DefaultOptions()
+		set(&opts.Bounds)
+		st, err := store.Open(filepath.Join(dir, name+"state-store.db"), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = New(st, nc, Options{})
+		_ = st.Close()
+		switch {
+		case name == "" && err != nil:
+			t.Fatalf("default bounds refused: %v", err)
+		case name != "" && (err == nil || !strings.Contains(err.Error(), name)):
+			t.Fatalf("%s beyond max_payload %d: %v, want it refused by name", name, nc.MaxPayload(), err)
+		}
+	}
+}
+
+// Past MaxConcurrentRequests, a request waits in NATS until one being handled ends: it is not
+// answered while every slot is taken, and is once one frees.
+func TestRequestsBeyondTheConcurrencyBoundWait(t *testing.T) {
+	s := startServer(t, Options{MaxConcurrentRequests: 1})
+	defer func() { _ = s.Stop(context.Background()) }()
+	nc := s.nc
+	subject := wire.StateSubject(wire.DefaultPrefix, "coordinator", wire.OpInfo)
+	if _, err := nc.Request(subject, []byte(`{"request_id":1}`), 10*time.Second); err != nil {
+		t.Fatalf("info with a free slot: %v", err)
+	}
+	s.slots <- struct{}{} // a request being handled holds the only slot
+	if _, err := nc.Request(subject, []byte(`{"request_id":2}`), 300*time.Millisecond); !errors.Is(err, nats.ErrTimeout) {
+		t.Fatalf("info with no free slot: %v, want no answer", err)
+	}
+	reply, err := nc.SubscribeSync(nats.NewInbox())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.PublishRequest(subject, reply.Subject, []byte(`{"request_id":3}`)); err != nil {
+		t.Fatal(err)
+	}
+	<-s.slots // that request ends
+	m, err := reply.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("the waiting request was not answered once a slot freed: %v", err)
+	}
+	if !strings.Contains(string(m.Data), `"request_id":3`) {
+		t.Fatalf("reply %s", m.Data)
+	}
 }
