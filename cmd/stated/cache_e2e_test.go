@@ -86,9 +86,9 @@ func TestE2ECacheSurvivesRestart(t *testing.T) {
 		}
 		mu.Lock()
 		for j, e := range want.Entries {
-			if got[j].Key != e.Key || got[j].Revision != e.Revision || applied[e.Key] != e.Revision {
+			if handled := applied[e.Key]; got[j].Key != e.Key || got[j].Revision != e.Revision || handled != e.Revision {
 				mu.Unlock()
-				t.Fatalf("round %d: cache %s@%d, handlers %d, store %s@%d", round, got[j].Key, got[j].Revision, applied[e.Key], e.Key, e.Revision)
+				t.Fatalf("round %d: cache %s@%d, handlers %d, store %s@%d", round, got[j].Key, got[j].Revision, handled, e.Key, e.Revision)
 			}
 		}
 		mu.Unlock()

@@ -88,7 +88,8 @@ type CacheOptions struct {
 
 // Handlers observe a Cache. Every field is optional. They are called from the cache's goroutine, one
 // at a time, in the order the changes were applied, after the cache holds the change (a handler that
-// calls Get sees it). A handler must not block for long: updates wait, unacknowledged, while it runs,
+// calls Get sees it) and before its revision counts as reached (Revision, WaitForRevision: a writer
+// that waits for its write knows the handlers have run). A handler must not block for long: updates wait, unacknowledged, while it runs,
 // and the server closes a watch whose updates go unacknowledged (the cache then resyncs). A handler
 // must not call Close or wait (WaitForRevision) on its own cache: the cache waits for the handler.
 type Handlers struct {
@@ -237,8 +238,8 @@ func (k *Cache) List() []wire.Entry {
 }
 
 // Revision returns the namespace revision the cache reflects: the snapshot_revision of the last
-// installed snapshot, then the revision of each update applied after it. Only changes under the key
-// prefix move it. After a restore (a new epoch) it can be lower than before.
+// installed snapshot, then the revision of each update applied after it, once its handler returned.
+// Only changes under the key prefix move it. After a restore (a new epoch) it can be lower than before.
 func (k *Cache) Revision() uint64 {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
@@ -256,7 +257,7 @@ func (k *Cache) Epoch() string {
 }
 
 // WaitForRevision returns once Revision() >= rev, so a writer can wait until the cache shows its own
-// write (the revision of the stored entry, or of the delete). rev must be the revision of a change
+// write (the revision of the stored entry, or of the delete) and the handlers have seen it. rev must be the revision of a change
 // under the cache's prefix, or at most one the cache has already seen: other changes of the namespace
 // do not reach the cache. It returns ctx's error when ctx ends first, ErrCacheClosed when the cache is
 // closed, and ErrEpochChanged when the cache resyncs to another epoch meanwhile (its revisions are not
@@ -465,7 +466,9 @@ func (k *Cache) ack() error {
 	return nil
 }
 
-// applyUpdate applies one update the tracker accepted and calls its handler.
+// applyUpdate applies one update the tracker accepted and calls its handler; only then does the
+// revision move (and WaitForRevision return): a writer that waits for its write sees its handlers'
+// work done too. The handler sees the entry in the cache.
 func (k *Cache) applyUpdate(m *wire.WatchMessage) {
 	k.mu.Lock()
 	if m.Kind == wire.UpdatePut {
@@ -473,8 +476,12 @@ func (k *Cache) applyUpdate(m *wire.WatchMessage) {
 	} else {
 		delete(k.entries, m.Key)
 	}
-	k.setRevLocked(m.Revision)
 	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		k.setRevLocked(m.Revision)
+		k.mu.Unlock()
+	}()
 	switch m.Kind {
 	case wire.UpdatePut:
 		if k.h.OnPut != nil {
@@ -658,7 +665,6 @@ func (k *Cache) attempt() error {
 	}
 	k.epoch = epoch
 	k.stalled = nil
-	k.setRevLocked(ws.SnapshotRevision)
 	k.mu.Unlock()
 	k.sub, k.in, k.tr, k.acked, k.ackSent = sub, in, newTracker(ws), 0, true
 	if k.installed {
@@ -668,6 +674,9 @@ func (k *Cache) attempt() error {
 	if k.h.OnResync != nil {
 		k.h.OnResync(ws.Entries, ws.SnapshotRevision)
 	}
+	k.mu.Lock()
+	k.setRevLocked(ws.SnapshotRevision) // after the handler, as for an update
+	k.mu.Unlock()
 	return nil
 }
 

@@ -682,3 +682,40 @@ func TestCacheInstallsNothingWithoutInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// WaitForRevision returns only once the handlers have seen the revision: a writer that waits for its
+// own write finds its handlers' work done (here, a handler that records what it saw).
+func TestWaitForRevisionWaitsForTheHandlers(t *testing.T) {
+	env := startEnv(t)
+	c := newClient(t, env, alice.ID)
+	ctx := ctxT(t)
+	var mu sync.Mutex
+	seen := map[string]uint64{}
+	release := make(chan struct{})
+	k := newCache(t, c, CacheOptions{Namespace: "user/alice", Handlers: Handlers{
+		OnPut: func(e wire.Entry) {
+			<-release // a handler that takes its time
+			mu.Lock()
+			seen[e.Key] = e.Revision
+			mu.Unlock()
+		},
+	}})
+	e, err := c.Put(ctx, preference("user/alice", "a", "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := k.WaitForRevision(short, e.Revision); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitForRevision while the handler runs: %v, want it still waiting", err)
+	}
+	close(release)
+	if err := k.WaitForRevision(ctx, e.Revision); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seen["a"] != e.Revision {
+		t.Fatalf("WaitForRevision returned before the handler saw revision %d (saw %d)", e.Revision, seen["a"])
+	}
+}
