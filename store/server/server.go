@@ -446,6 +446,11 @@ func (s *Server) serve(op wire.Op, req micro.Request) {
 		}
 		return
 	}
+	if id < 0 || id > wire.MaxSafeInteger {
+		// Refused (INVALID_ARGUMENT) by the checks: an id outside the contract's integers cannot be
+		// echoed, so the reply carries 0, as the reply to a request that is not JSON does.
+		id = 0
+	}
 	res.RequestID = id
 	// Entries are encoded without re-validating their documents, into a reused buffer: Respond copies
 	// the reply into the connection's buffer.
@@ -551,13 +556,19 @@ func (s *Server) dispatch(op wire.Op, req micro.Request) (int64, wire.Result, fu
 	if err != nil {
 		return wire.RequestIDOf(data), wire.ErrorResult(wire.RequestIDOf(data), wire.Errorf(wire.CodeInvalidArgument, "%v", err)), nil
 	}
-	p, ok := s.Principal(toks[0])
-	if !ok {
-		id := wire.RequestIDOf(data)
-		return id, wire.ErrorResult(id, wire.Errorf(wire.CodePermissionDenied, "unknown principal %q", toks[0])), nil
-	}
 	if op == wire.OpInfo && len(data) == 0 {
 		data = []byte("{}")
+	}
+	p, ok := s.Principal(toks[0])
+	if !ok {
+		// A principal the server does not know fails the namespace policy (check 2), which comes
+		// after the request's shape (check 1). Only where NATS does not enforce identities can
+		// anyone publish under such a token.
+		id, err := checkShape(op, data)
+		if err == nil {
+			err = wire.Errorf(wire.CodePermissionDenied, "unknown principal %q", toks[0])
+		}
+		return id, wire.ErrorResult(id, err), nil
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.opts.RequestTimeout)
 	defer cancel()
@@ -635,11 +646,44 @@ func (s *Server) dispatch(op wire.Op, req micro.Request) (int64, wire.Result, fu
 		if err := wire.Decode(data, &r); err != nil {
 			return fail(wire.RequestIDOf(data), err)
 		}
+		if err := r.Validate(); err != nil {
+			return fail(r.RequestID, err)
+		}
 		info := s.st.Info()
 		return r.RequestID, wire.Result{OK: true, ServerID: info.ServerID, Version: info.Version, Epoch: info.Epoch,
 			Features: info.Features, Bounds: &info.Bounds}, nil
 	}
 	return fail(wire.RequestIDOf(data), wire.Errorf(wire.CodeInvalidArgument, "unknown op %q", op))
+}
+
+// checkShape runs check 1 of SPEC section 5 (shape and identifiers) on a request of op, as the store
+// would before any other, and returns its request_id.
+func checkShape(op wire.Op, data []byte) (int64, error) {
+	var r interface{ Validate() error }
+	switch op {
+	case wire.OpGet:
+		r = &wire.GetRequest{}
+	case wire.OpPut:
+		r = &wire.PutRequest{}
+	case wire.OpDelete:
+		r = &wire.DeleteRequest{}
+	case wire.OpList:
+		r = &wire.ListRequest{}
+	case wire.OpWatch:
+		r = &wire.WatchRequest{}
+	case wire.OpUnwatch:
+		r = &wire.UnwatchRequest{}
+	case wire.OpAck:
+		r = &wire.AckRequest{}
+	case wire.OpInfo:
+		r = &wire.InfoRequest{}
+	default:
+		return wire.RequestIDOf(data), wire.Errorf(wire.CodeInvalidArgument, "unknown op %q", op)
+	}
+	if err := wire.Decode(data, r); err != nil {
+		return wire.RequestIDOf(data), err
+	}
+	return wire.RequestIDOf(data), r.Validate() // decoded strictly: the id it reads is the field's
 }
 
 // watch registers the watch with a sink that holds its updates until the snapshot reply is sent, so a
