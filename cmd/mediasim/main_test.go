@@ -113,3 +113,44 @@ func TestMediasimFlags(t *testing.T) {
 		t.Errorf("unreachable NATS: exit %d", c)
 	}
 }
+
+// A restarted mediasim announces generations above the ones its predecessor announced (SPEC section
+// 12: generations only grow), so a tracker that followed the first one installs the second one's
+// capabilities, with its new sessions, without a restart of its own.
+func TestMediasimRestartKeepsGenerationsGrowing(t *testing.T) {
+	ns := natstest.Start(t, natsserver.Options{})
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	tr := capabilities.NewTracker(nc, capabilities.TrackerOptions{RefetchBackoff: 10 * time.Millisecond})
+	defer tr.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var lastGen uint64
+	var lastSession string
+	for i := range 2 {
+		var logs syncBuffer
+		runCtx, stop := context.WithCancel(ctx)
+		code := make(chan int, 1)
+		go func() { code <- run(runCtx, []string{"--nats-url", ns.ClientURL(), "--sources", "front-door"}, &logs) }()
+		if i == 0 {
+			if err := tr.Start(ctx); err != nil {
+				t.Fatalf("tracker: %v (logs: %s)", err, logs.String())
+			}
+		}
+		if err := tr.WaitFor(ctx, func(c *capabilities.ServerCapabilities) bool {
+			s, ok := c.Source("front-door")
+			return ok && s.SessionID != lastSession && c.Generation > lastGen
+		}); err != nil {
+			t.Fatalf("instance %d: the tracker never installed its capabilities: %v (held %+v; logs: %s)", i+1, err, tr.Current(), logs.String())
+		}
+		lastGen = tr.Generation()
+		lastSession, _, _ = tr.Resolve("front-door")
+		stop()
+		if c := <-code; c != 0 {
+			t.Fatalf("instance %d: exit %d: %s", i+1, c, logs.String())
+		}
+	}
+}

@@ -5,13 +5,17 @@
 //	coordinator desired NAMESPACE KEY true|false
 //	coordinator delete NAMESPACE KEY
 //	coordinator fleet
+//
+// Flags may come before or after the command's arguments.
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"time"
@@ -23,88 +27,106 @@ import (
 )
 
 func main() {
-	conn := internal.ConnFlags("dev")
-	service := flag.String("service", "transcoder-a", "service id of the intent's namespace service/<id>")
-	variant := flag.String("variant", "browser-h264-720p", "output variant id")
-	profile := flag.String("profile", "", "output profile (default: the variant id)")
-	recording := flag.String("recording-mode", "disabled", "inherit, disabled or required")
-	kind := flag.String("kind", "video", "media kind")
-	model := flag.String("model", "", "model profile (model intents)")
-	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: coordinator [flags] publish SOURCE | model SOURCE | desired NS KEY true|false | delete NS KEY | fleet")
-		flag.PrintDefaults()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	cancel()
+	os.Exit(code)
+}
+
+// run carries out one command and returns the exit code: 0 done, 1 failed, 2 bad usage.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("coordinator", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	conn := internal.ConnFlagsOn(fs, "dev")
+	service := fs.String("service", "transcoder-a", "service id of the intent's namespace service/<id>")
+	variant := fs.String("variant", "browser-h264-720p", "output variant id")
+	profile := fs.String("profile", "", "output profile (default: the variant id)")
+	recording := fs.String("recording-mode", "disabled", "inherit, disabled or required")
+	kind := fs.String("kind", "video", "media kind")
+	model := fs.String("model", "", "model profile (model intents)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: coordinator publish SOURCE | model SOURCE --model M | desired NS KEY true|false | delete NS KEY | fleet  [flags]")
+		fs.PrintDefaults()
 	}
-	flag.Parse()
-	args := flag.Args()
+	args, err := internal.ParseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return 2
+	}
+	usage := func() int { fs.Usage(); return 2 }
+	// The command's shape is checked before anything is sent.
 	if len(args) == 0 {
-		flag.Usage()
-		os.Exit(2)
+		return usage()
+	}
+	switch cmd := args[0]; {
+	case cmd == "publish" && len(args) == 2, cmd == "model" && len(args) == 2 && *model != "",
+		cmd == "desired" && len(args) == 4, cmd == "delete" && len(args) == 3, cmd == "fleet" && len(args) == 1:
+	default:
+		return usage()
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "coordinator: %v\n", err)
+		return 1
+	}
+	printEntry := func(e wire.Entry, err error) int {
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "%s %s revision %d\n", e.Namespace, e.Key, e.Revision)
+		return 0
 	}
 	nc, err := conn.Dial("coordinator")
 	if err != nil {
-		fail(err)
+		return fail(err)
 	}
 	defer nc.Close()
 	c, err := client.New(nc, *conn.User)
 	if err != nil {
-		fail(err)
+		return fail(err)
 	}
 	co, err := coordinator.New(c)
 	if err != nil {
-		fail(err)
+		return fail(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	ns := "service/" + *service
-	switch {
-	case args[0] == "publish" && len(args) == 2:
+	switch args[0] {
+	case "publish":
 		in := coordinator.PublishIntent(args[1], *kind, *recording)
 		in.VariantID, in.OutputProfile = *variant, *profile
 		if in.OutputProfile == "" {
 			in.OutputProfile = *variant
 		}
-		printEntry(co.PutIntent(ctx, ns, "intents/"+args[1]+"-"+*kind+"-"+*variant, in))
-	case args[0] == "model" && len(args) == 2 && *model != "":
+		return printEntry(co.PutIntent(ctx, ns, "intents/"+args[1]+"-"+*kind+"-"+*variant, in))
+	case "model":
 		in := coordinator.SubscribeIntent(args[1], *kind)
 		in.VariantID = *variant
 		params, _ := json.Marshal(map[string]string{"model_profile": *model})
 		in.Parameters = map[string]json.RawMessage{*service: params}
-		printEntry(co.PutIntent(ctx, ns, "intents/"+args[1]+"-"+*model, in))
-	case args[0] == "desired" && len(args) == 4:
+		return printEntry(co.PutIntent(ctx, ns, "intents/"+args[1]+"-"+*model, in))
+	case "desired":
 		desired, err := strconv.ParseBool(args[3])
 		if err != nil {
-			fail(err)
+			return fail(err)
 		}
-		printEntry(co.SetDesired(ctx, args[1], args[2], desired))
-	case args[0] == "delete" && len(args) == 3:
+		return printEntry(co.SetDesired(ctx, args[1], args[2], desired))
+	case "delete":
 		rev, err := co.DeleteIntent(ctx, args[1], args[2], 0)
 		if err != nil {
-			fail(err)
+			return fail(err)
 		}
-		fmt.Printf("deleted %s %s at revision %d\n", args[1], args[2], rev)
-	case args[0] == "fleet" && len(args) == 1:
+		fmt.Fprintf(stdout, "deleted %s %s at revision %d\n", args[1], args[2], rev)
+		return 0
+	default: // fleet
 		workers, err := co.Fleet(ctx)
 		if err != nil {
-			fail(err)
+			return fail(err)
 		}
-		fmt.Printf("%-16s %-16s %-16s %-9s %s\n", "PRINCIPAL", "WORKER", "SERVICE", "STATUS", "LEASES")
+		fmt.Fprintf(stdout, "%-16s %-16s %-16s %-9s %s\n", "PRINCIPAL", "WORKER", "SERVICE", "STATUS", "LEASES")
 		for _, w := range workers {
-			fmt.Printf("%-16s %-16s %-16s %-9s %v\n", w.Principal, w.WorkerID, w.Service, w.Status, w.Leases)
+			fmt.Fprintf(stdout, "%-16s %-16s %-16s %-9s %v\n", w.Principal, w.WorkerID, w.Service, w.Status, w.Leases)
 		}
-	default:
-		flag.Usage()
-		os.Exit(2)
+		return 0
 	}
-}
-
-func printEntry(e wire.Entry, err error) {
-	if err != nil {
-		fail(err)
-	}
-	fmt.Printf("%s %s revision %d\n", e.Namespace, e.Key, e.Revision)
-}
-
-func fail(err error) {
-	fmt.Fprintf(os.Stderr, "coordinator: %v\n", err)
-	os.Exit(1)
 }

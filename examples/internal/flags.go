@@ -17,13 +17,38 @@ type Conn struct {
 	URL, User, Password *string
 }
 
-// ConnFlags registers --nats-url, --user and --password (defaults from NATS_URL, KP_USER,
-// KP_PASSWORD; the user defaults to defUser).
-func ConnFlags(defUser string) Conn {
+// ConnFlags registers --nats-url, --user and --password on the command line (defaults from NATS_URL,
+// KP_USER, KP_PASSWORD; the user defaults to defUser).
+func ConnFlags(defUser string) Conn { return ConnFlagsOn(flag.CommandLine, defUser) }
+
+// ConnFlagsOn is ConnFlags on a flag set of the caller's.
+func ConnFlagsOn(fs *flag.FlagSet, defUser string) Conn {
 	return Conn{
-		URL:      flag.String("nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server"),
-		User:     flag.String("user", envOr("KP_USER", defUser), "principal"),
-		Password: flag.String("password", os.Getenv("KP_PASSWORD"), "password of the principal (none for the dev principal)"),
+		URL:      fs.String("nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server"),
+		User:     fs.String("user", envOr("KP_USER", defUser), "principal"),
+		Password: fs.String("password", os.Getenv("KP_PASSWORD"), "password of the principal (none for the dev principal)"),
+	}
+}
+
+// ParseInterspersed parses args with fs and returns the positional arguments, letting flags come
+// after them as the commands' usage lines show (`coordinator publish SOURCE --variant V`): Go's flag
+// package alone stops at the first positional argument and would leave the flags after it unparsed.
+// Everything after a `--` is positional.
+func ParseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
 	}
 }
 

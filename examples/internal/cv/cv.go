@@ -186,8 +186,17 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	caps := c.tracker.Current()
 	src, srcOK := caps.Source(in.SourceID)
 	stream, _ := src.StreamByKind(in.MediaKind)
-	v, vOK := stream.Variant(in.VariantID)
+	if in.StreamID != "" { // the intent names its stream: that one, not the first of its kind
+		stream, _ = src.Stream(in.StreamID)
+	}
+	v, vOK := variantFor(stream, in.VariantID)
 	ready := srcOK && src.Online && vOK && v.State == capabilities.StateReady
+	if j != nil {
+		// What follows is the holder's to do: a media command stops waiting once the lease is lost.
+		var cancel context.CancelFunc
+		ctx, cancel = j.lease.Context(ctx)
+		defer cancel()
+	}
 	if j != nil && j.subscriptionID != "" && (!ready || j.sessionID != src.SessionID || j.model != model) {
 		// The subscription is over (the variant is not READY: its publisher went away, and the media
 		// server ended its subscriptions) or must change (a new session, another model).
@@ -204,7 +213,7 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	}
 	if j == nil {
 		l, err := lease.Claim(ctx, c.w.Client(), lease.Options{Namespace: c.ns, Key: "leases/" + strings.TrimPrefix(req.Key, "intents/"),
-			Holder: c.cfg.WorkerID, TTL: c.cfg.LeaseTTL, Purpose: "cv " + req.Key})
+			Holder: c.cfg.WorkerID, TTL: c.cfg.LeaseTTL, Purpose: "cv " + req.Key, Logger: c.cfg.Logger})
 		if errors.Is(err, lease.ErrHeld) {
 			return reconciler.Result{RequeueAfter: c.cfg.LeaseTTL}, nil
 		}
@@ -216,6 +225,18 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		c.mu.Lock()
 		c.active[req.Key] = j
 		c.mu.Unlock()
+		go func() { // a lost lease is noticed at once: the next reconcile lets the job go
+			<-l.Lost()
+			c.ctrl.Enqueue(req.Key)
+		}()
+		var cancel context.CancelFunc
+		ctx, cancel = l.Context(ctx)
+		defer cancel()
+	}
+	if !j.lease.Held() {
+		// Lost while a command was under way: a subscribe now would run the job beside the new
+		// holder's. The loss re-enqueues the intent, which lets the job go.
+		return reconciler.Result{}, nil
 	}
 	rep, err := c.cmds.Subscribe(ctx, capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID})
 	if err != nil {
@@ -223,7 +244,9 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		delete(c.active, req.Key)
 		c.mu.Unlock()
 		c.w.DropLease(j.lease.Key())
-		_ = j.lease.Release(ctx)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = j.lease.Release(rctx)
+		cancel()
 		return reconciler.Result{RequeueAfter: time.Second}, nil
 	}
 	jctx, stop := context.WithCancel(context.Background())
@@ -232,6 +255,15 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	c.wg.Add(1)
 	go c.emit(jctx, j.lease.Lost(), req.Key, in.SourceID, model)
 	return reconciler.Result{}, nil
+}
+
+// variantFor is the variant an intent names, or, when it names none, the stream's own variant: the
+// one a subscribe without variant_id gets (SPEC section 12).
+func variantFor(st capabilities.Stream, variantID string) (capabilities.Variant, bool) {
+	if variantID == "" {
+		return st.Original()
+	}
+	return st.Variant(variantID)
 }
 
 // emit produces simulated detections while the job runs and its lease is held: a worker that lost

@@ -184,3 +184,129 @@ func TestCVStopsWhenItsLeaseIsLost(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// An intent that names its stream (stream_id) is served on that stream, not on the first stream of
+// its media kind: here the source has two video streams and the variant exists on both.
+func TestCVSubscribesToTheIntentsStream(t *testing.T) {
+	e := simtest.Start(t, []sim.SourceConfig{{SourceID: src, Streams: []sim.StreamConfig{
+		{StreamID: "video", MediaKind: "video", Codec: "h264"}, {StreamID: "cam2", MediaKind: "video", Codec: "h264"},
+	}}}, "transcoder-a", "cv")
+	pub, err := capabilities.NewCommands(e.Connect(t, "transcoder-a"), "transcoder-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{Env: e, pub: pub}
+	sess, _, _ := f.Sim.SessionID(src)
+	for _, stream := range []string{"video", "cam2"} {
+		if _, err := f.pub.StartPublication(t.Context(), capabilities.StartPublicationRequest{SessionID: sess, StreamID: stream,
+			VariantID: variant, OutputProfile: variant, RecordingMode: "disabled"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "both variants READY", func() bool {
+		a, okA := f.Sim.Capabilities().Variant(src, "video", variant)
+		b, okB := f.Sim.Capabilities().Variant(src, "cam2", variant)
+		return okA && okB && a.State == capabilities.StateReady && b.State == capabilities.StateReady
+	})
+	f.cvWorker(t, "cv-1")
+	in := coordinator.SubscribeIntent(src, "video")
+	in.StreamID, in.VariantID = "cam2", variant
+	in.Parameters = map[string]json.RawMessage{"cv-a": json.RawMessage(`{"model_profile":"person-detector"}`)}
+	if _, err := f.Coord.PutIntent(t.Context(), cvNS, intent, in); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "cv subscribed", func() bool { return len(cvSubs(f.Sim)) == 1 })
+	if s := cvSubs(f.Sim)[0]; s.StreamID != "cam2" {
+		t.Fatalf("cv subscribed to stream %q, the intent names cam2", s.StreamID)
+	}
+}
+
+// A worker that loses its lease while a media command is under way sends no further command for the
+// job: here the model changes, the unsubscribe of the old model's subscription is slow, and the lease
+// goes to another holder meanwhile. A subscribe after that would run the job twice.
+func TestCVNoSubscribeAfterTheLeaseIsLost(t *testing.T) {
+	f := setup(t)
+	f.publish(t)
+	ev := f.cvWorker(t, "cv-1")
+	f.modelIntent(t, "person-detector")
+	waitFor(t, 10*time.Second, "cv subscribed", func() bool { return len(cvSubs(f.Sim)) == 1 })
+	f.Sim.SetCommandDelay(3 * time.Second)
+	f.modelIntent(t, "car-detector")
+	waitFor(t, 10*time.Second, "the unsubscribe under way", func() bool { return f.Sim.Pending() > 0 })
+	ttl := int64(60_000)
+	if _, err := f.Admin.Put(t.Context(), wire.PutRequest{Namespace: cvNS, Key: leaseKey, Schema: wire.SchemaLease,
+		Document: []byte(`{"holder":"cv-2","claimed_at_ms":1}`), TTLMs: &ttl}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "cv-1 learns it lost", func() bool { return ev.after("cv lease lost", "") >= 0 || ev.after("cv stopped", "") >= 0 })
+	f.Sim.SetCommandDelay(0)
+	waitFor(t, 10*time.Second, "every command answered", func() bool { return f.Sim.Pending() == 0 })
+	waitFor(t, 10*time.Second, "no subscription of cv left", func() bool { return len(cvSubs(f.Sim)) == 0 })
+	subscribes := 0
+	for _, c := range f.Sim.Commands() {
+		if c.Principal == "cv" && c.Command == capabilities.CommandSubscribe {
+			subscribes++
+		}
+	}
+	if subscribes != 1 {
+		t.Fatalf("%d subscribes, want only the first: cv-1 subscribed after it lost the lease", subscribes)
+	}
+}
+
+// A standby worker takes the job over as soon as the holder lets its lease go (a graceful stop
+// deletes it): it watches the lease, as the lease standby of the issue does, instead of polling once
+// per TTL. The TTL here is far longer than the wait, so only the watch can be in time.
+func TestCVStandbyTakesOverWhenTheLeaseGoes(t *testing.T) {
+	f := setup(t)
+	f.publish(t)
+	stops := map[string]func(){}
+	for _, id := range []string{"cv-1", "cv-2"} {
+		w, err := cv.New(cv.Config{Conn: f.Connect(t, "cv"), Principal: "cv", WorkerID: id, LeaseTTL: 60 * time.Second,
+			EventEvery: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = w.Run(ctx) }()
+		stop := func() { cancel(); <-done }
+		t.Cleanup(stop)
+		stops[id] = stop
+	}
+	f.modelIntent(t, "person-detector")
+	waitFor(t, 10*time.Second, "one worker subscribed", func() bool { return len(cvSubs(f.Sim)) == 1 })
+	holder := func() string {
+		e, err := f.Admin.Get(t.Context(), cvNS, leaseKey)
+		if err != nil {
+			return ""
+		}
+		var d wire.LeaseDocument
+		_ = json.Unmarshal(e.Document, &d)
+		return d.Holder
+	}
+	first := holder()
+	if stops[first] == nil {
+		t.Fatalf("lease holder %q", first)
+	}
+	stops[first]()
+	waitFor(t, 10*time.Second, "the standby subscribed", func() bool {
+		h := holder()
+		return h != "" && h != first && len(cvSubs(f.Sim)) == 1
+	})
+}
+
+// An intent without variant_id (optional in keeppeek.media-intent.v1) runs the model on the stream's
+// own variant, which a subscribe without variant_id gets (SPEC section 12).
+func TestCVRunsOnTheOriginalVariant(t *testing.T) {
+	f := setup(t)
+	f.cvWorker(t, "cv-1")
+	in := coordinator.SubscribeIntent(src, "video")
+	in.Parameters = map[string]json.RawMessage{"cv-a": json.RawMessage(`{"model_profile":"person-detector"}`)}
+	if _, err := f.Coord.PutIntent(t.Context(), cvNS, intent, in); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "cv subscribed to the original variant", func() bool {
+		subs := cvSubs(f.Sim)
+		return len(subs) == 1 && subs[0].VariantID == sim.OriginalVariantID
+	})
+}

@@ -74,7 +74,8 @@ type binding struct {
 	sessionID     string
 	publicationID string
 	variantID     string
-	startedGen    uint64 // capabilities generation when the publication was started
+	startedGen    uint64    // capabilities generation when the publication was started
+	retryAt       time.Time // after a FAILED publication: no new start before then
 	// What the publication was started with: a change in the intent restarts it.
 	streamID, outputProfile, recordingMode string
 }
@@ -182,6 +183,9 @@ func (r releaser) Stop() {
 		r.t.stopBinding(ctx, key, b, "worker stopping")
 	}
 }
+
+// failedPause is how long a publication the media server reported FAILED waits before it is started again.
+const failedPause = 2 * time.Second
 
 // LeaseKey is the lease of an intent's actual output: leases/<source>-<kind>-<variant>.
 func LeaseKey(in reconciler.MediaIntent) string {
@@ -305,6 +309,10 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 		return reconciler.Result{}, nil // a capability change or an intent change re-enqueues
 	}
 	if b.publicationID == "" || b.sessionID != src.SessionID {
+		if wait := time.Until(b.retryAt); wait > 0 {
+			// A capability change (the failed publication's own stop, say) does not cut the pause short.
+			return reconciler.Result{RequeueAfter: wait}, nil
+		}
 		if !b.lease.Held() {
 			// Lost while stopping, say: a start now would take the variant over from the new holder
 			// (same principal). The loss re-enqueues the intent; claim then stops what is ours.
@@ -339,9 +347,15 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 		st.State = reconciler.StateActive
 	case ok && v.State == capabilities.StateFailed && fresh:
 		st.State, st.Message = reconciler.StateFailed, "the media server reports the variant FAILED"
-		b.publicationID = "" // start again after a pause
+		// The failed publication still holds the variant: stop it, so that nothing of ours is left
+		// on the media server if the intent goes before the next start; then start again after a
+		// pause.
+		if err := t.cmds.StopPublication(ctx, b.publicationID); err != nil && !errors.Is(err, capabilities.ErrPublicationNotFound) {
+			return reconciler.Result{}, err
+		}
+		b.publicationID, b.retryAt = "", time.Now().Add(failedPause)
 		t.writeStatus(ctx, b, key, st)
-		return reconciler.Result{RequeueAfter: 2 * time.Second}, nil
+		return reconciler.Result{RequeueAfter: failedPause}, nil
 	default:
 		st.State, st.Message = reconciler.StatePending, "waiting for the variant to be READY"
 	}

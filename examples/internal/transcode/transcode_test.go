@@ -1,6 +1,7 @@
 package transcode_test
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -191,5 +192,138 @@ func TestNoStartAfterTheLeaseIsLost(t *testing.T) {
 	}
 	if pubs := f.Sim.Publications(); len(pubs) != 0 {
 		t.Fatalf("publications left: %+v", pubs)
+	}
+}
+
+// The intent is deleted while its start_publication is under way (a slow media server): the
+// publication that start creates is stopped, the lease released, and the status says stopped.
+func TestIntentDeletedWhileThePublicationStarts(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	f.transcoder(t, "tx-1")
+	f.Sim.SetCommandDelay(time.Second)
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the start under way", func() bool { return f.Sim.Pending() > 0 })
+	if _, err := f.Coord.DeleteIntent(t.Context(), ns, key, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "no publication, no lease, status stopped", func() bool {
+		_, lerr := f.Admin.Get(t.Context(), ns, "leases/front-door-video-browser-h264-720p")
+		e, serr := f.Admin.Get(t.Context(), ns, "status/front-door-video-browser-h264-720p")
+		return len(f.Sim.Publications()) == 0 && errors.Is(lerr, wire.ErrNotFound) && serr == nil &&
+			strings.Contains(string(e.Document), `"state":"stopped"`)
+	})
+}
+
+// The media server restarts (a new simulator with new sessions, counting generations on from the
+// old one's) while a command is under way: the transcoder publishes again on the new server.
+func TestMediaServerRestart(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	f.transcoder(t, "tx-1")
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "publication READY", func() bool { _, ok := readyPublication(f); return ok })
+	f.Sim.SetCommandDelay(10 * time.Second)
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("required")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the stop under way", func() bool { return f.Sim.Pending() > 0 })
+	f.Sim.Stop() // the pending command is dropped, unanswered
+	next := sim.New(f.Connect(t, "media"), sim.Options{Sources: []sim.SourceConfig{{SourceID: src}}, ReadyDelay: 50 * time.Millisecond,
+		After: f.Sim.Generation()})
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := next.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(next.Stop)
+	waitFor(t, 20*time.Second, "a READY publication with recording required on the new server", func() bool {
+		pubs := next.Publications()
+		if len(pubs) != 1 || pubs[0].RecordingMode != "required" {
+			return false
+		}
+		v, ok := next.Capabilities().Variant(src, "video", variant)
+		return ok && v.State == capabilities.StateReady
+	})
+	waitFor(t, 10*time.Second, "status active", func() bool {
+		e, err := f.Admin.Get(t.Context(), ns, "status/front-door-video-browser-h264-720p")
+		return err == nil && strings.Contains(string(e.Document), `"state":"active"`)
+	})
+}
+
+// The lease holder dies while its start_publication is under way; the media server still carries the
+// start out. The standby takes over once the lease expires: in the end one publication, the standby's,
+// READY and reported active by it.
+func TestHolderKilledMidStart(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	nc := f.Connect(t, svc)
+	tx1, err := transcode.New(transcode.Config{Conn: nc, Principal: svc, WorkerID: "tx-1", Service: svc,
+		LeaseTTL: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = tx1.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	f.Sim.SetCommandDelay(time.Second)
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "tx-1's start under way", func() bool { return f.Sim.Pending() > 0 })
+	nc.Close() // killed: nothing more reaches the servers, the lease is not released
+	cancel()
+	f.Sim.SetCommandDelay(0)
+	f.transcoder(t, "tx-2")
+	waitFor(t, 20*time.Second, "tx-2 active with one publication", func() bool {
+		e, err := f.Admin.Get(t.Context(), ns, "status/front-door-video-browser-h264-720p")
+		_, ready := readyPublication(f)
+		return err == nil && strings.Contains(string(e.Document), `"state":"active"`) && strings.Contains(string(e.Document), `"holder":"tx-2"`) &&
+			len(f.Sim.Publications()) == 1 && ready
+	})
+}
+
+// The media server reports the publication FAILED, and then the intent is deleted: the failed
+// publication is stopped too. Left behind it would hold the variant (FAILED, published by the
+// principal) on the media server after nobody wants it.
+func TestFailedPublicationIsStoppedWhenTheIntentGoes(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	f.Sim.SetFailing(sim.VariantRef{SourceID: src, StreamID: "video", VariantID: variant}, true)
+	events := make(chan transcode.Event, 64)
+	tr, err := transcode.New(transcode.Config{Conn: f.Connect(t, svc), Principal: svc, WorkerID: "tx-1", Service: svc,
+		LeaseTTL: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		Events: func(e transcode.Event) {
+			select {
+			case events <- e:
+			default:
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.Run(t, tr.Run)
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(10 * time.Second)
+	for reported := false; !reported; {
+		select {
+		case e := <-events:
+			reported = e.Kind == "status" && strings.HasPrefix(e.Detail, "failed the media server reports the variant FAILED")
+		case <-timeout:
+			t.Fatal("no failed status")
+		}
+	}
+	if _, err := f.Coord.DeleteIntent(t.Context(), ns, key, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the lease released", func() bool {
+		_, err := f.Admin.Get(t.Context(), ns, "leases/front-door-video-browser-h264-720p")
+		return errors.Is(err, wire.ErrNotFound)
+	})
+	if pubs := f.Sim.Publications(); len(pubs) != 0 {
+		t.Fatalf("publications left after the intent was deleted: %+v", pubs)
 	}
 }

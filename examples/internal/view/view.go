@@ -77,8 +77,39 @@ func New(cfg Config) (*Viewer, error) {
 		return nil, err
 	}
 	w.Add(v.tracker)
+	w.Add(ender{v})
 	w.Add(v.ctrl)
 	return v, nil
+}
+
+// ender ends the viewer's subscriptions on a graceful stop (after the controller has stopped
+// reconciling): left behind, each restart of a viewer would add subscriptions on the media server.
+type ender struct{ v *Viewer }
+
+func (ender) Start(context.Context) error { return nil }
+func (e ender) Stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e.v.mu.Lock()
+	subs := e.v.subs
+	e.v.subs = map[string]subscription{}
+	e.v.mu.Unlock()
+	for key, s := range subs {
+		e.v.end(ctx, key, s, "viewer stopping")
+	}
+}
+
+// end unsubscribes and reports the intent's subscription stopped.
+func (v *Viewer) end(ctx context.Context, key string, s subscription, why string) {
+	if err := v.cmds.Unsubscribe(ctx, s.id); err != nil && !errors.Is(err, capabilities.ErrSubscriptionNotFound) {
+		v.cfg.Logger.Warn("unsubscribe", "intent", key, "err", err)
+	}
+	v.cfg.Events("unsubscribed", key, s.id)
+	st := reconciler.ObservedStatus{SubjectKey: key, State: reconciler.StateStopped, ObservedAtMs: time.Now().UnixMilli(),
+		Message: why, VariantID: s.variantID}
+	if err := v.status(ctx, key, st); err != nil {
+		v.cfg.Logger.Warn("status not written", "intent", key, "err", err)
+	}
 }
 
 // Worker is the viewer's worker runtime.
@@ -118,34 +149,39 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	v.mu.Unlock()
 	if !ok || err != nil || !in.Desired || in.Role != reconciler.RoleSubscribe {
 		if subscribed {
-			_ = v.cmds.Unsubscribe(ctx, cur.id)
 			v.mu.Lock()
 			delete(v.subs, req.Key)
 			v.mu.Unlock()
-			v.cfg.Events("unsubscribed", req.Key, cur.id)
+			v.end(ctx, req.Key, cur, "intent no longer desired")
+		} else if v.reported(req.Key) { // a pending status would say the viewer still waits
+			return reconciler.Result{}, v.status(ctx, req.Key, reconciler.ObservedStatus{SubjectKey: req.Key, State: reconciler.StateStopped,
+				ObservedAtMs: time.Now().UnixMilli(), Message: "intent no longer desired", VariantID: in.VariantID})
 		}
 		return reconciler.Result{}, nil
 	}
 	caps := v.tracker.Current()
-	src, ok := caps.Source(in.SourceID)
+	src, srcOK := caps.Source(in.SourceID)
 	status := reconciler.ObservedStatus{SubjectKey: req.Key, ObservedAtMs: time.Now().UnixMilli(), VariantID: in.VariantID}
-	if !ok || !src.Online {
-		status.State, status.Message = reconciler.StatePending, "waiting for source "+in.SourceID
-		return reconciler.Result{}, v.status(ctx, req.Key, status)
-	}
 	stream, ok := src.StreamByKind(in.MediaKind)
 	if in.StreamID != "" {
 		stream, ok = src.Stream(in.StreamID)
 	}
-	variant, vok := stream.Variant(in.VariantID)
-	live := ok && vok && variant.State == capabilities.StateReady
+	var variant capabilities.Variant
+	var vok bool
+	if in.VariantID == "" { // the stream's own variant, which a subscribe without variant_id gets
+		variant, vok = stream.Original()
+	} else {
+		variant, vok = stream.Variant(in.VariantID)
+	}
+	online := srcOK && src.Online
+	live := online && ok && vok && variant.State == capabilities.StateReady
 	if subscribed && cur.sessionID == src.SessionID && live {
 		return reconciler.Result{}, nil
 	}
 	if subscribed {
-		// The session changed, or the variant went away or back to PENDING (a new publisher took it
-		// over): the media server has ended this subscription. Forget it and subscribe again when
-		// the variant is READY.
+		// The source went offline or has a new session, or the variant went away or back to PENDING
+		// (a new publisher took it over): the media server has ended this subscription. Forget it
+		// and subscribe again when the variant is READY.
 		if err := v.cmds.Unsubscribe(ctx, cur.id); err != nil && !errors.Is(err, capabilities.ErrSubscriptionNotFound) {
 			v.cfg.Logger.Warn("unsubscribe", "intent", req.Key, "err", err)
 		}
@@ -154,9 +190,17 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		v.mu.Unlock()
 		v.cfg.Events("subscription ended", req.Key, cur.id)
 	}
+	if !online {
+		status.State, status.Message = reconciler.StatePending, "waiting for source "+in.SourceID
+		return reconciler.Result{}, v.status(ctx, req.Key, status)
+	}
 	if !live {
 		// The intent is only a wish: nothing is sent until the capability says the variant exists.
-		status.State, status.Message = reconciler.StatePending, "waiting for "+in.VariantID+" to be READY"
+		wanted := in.VariantID
+		if wanted == "" {
+			wanted = "the " + in.MediaKind + " stream's own variant"
+		}
+		status.State, status.Message = reconciler.StatePending, "waiting for "+wanted+" to be READY"
 		return reconciler.Result{}, v.status(ctx, req.Key, status)
 	}
 	rep, err := v.cmds.Subscribe(ctx, capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID})
@@ -170,8 +214,16 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	v.subs[req.Key] = subscription{id: rep.SubscriptionID, sessionID: src.SessionID, variantID: rep.VariantID}
 	v.mu.Unlock()
 	v.cfg.Events("viewer subscribed", req.Key, fmt.Sprintf("%s as %s", rep.VariantID, rep.SubscriptionID))
-	status.State, status.SubscriptionID = reconciler.StateActive, rep.SubscriptionID
+	status.State, status.SubscriptionID, status.VariantID = reconciler.StateActive, rep.SubscriptionID, rep.VariantID
 	return reconciler.Result{}, v.status(ctx, req.Key, status)
+}
+
+// reported reports whether a status of the intent was written and does not say stopped.
+func (v *Viewer) reported(intentKey string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	last, ok := v.lastStatus[intentKey]
+	return ok && !strings.HasPrefix(last, string(reconciler.StateStopped)+"|")
 }
 
 func (v *Viewer) status(ctx context.Context, intentKey string, st reconciler.ObservedStatus) error {
