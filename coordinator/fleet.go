@@ -105,8 +105,10 @@ func (c *Coordinator) Fleet(ctx context.Context) ([]Worker, error) {
 // entry expires (one EXPIRE update). Its methods are safe for concurrent use. Close stops it.
 //
 // A watch snapshot is bounded (max_snapshot_entries, by default 64, and max_snapshot_bytes): a fleet
-// larger than that cannot be watched under one prefix, and WatchFleet (or a later resync) fails with
-// WATCH_TOO_BROAD; use Fleet, which pages, for such a fleet.
+// larger than that cannot be watched under one prefix. WatchFleet then fails with WATCH_TOO_BROAD;
+// a view that outgrows the bound follows on until its watch has to be renewed (a reconnect, say), and
+// then stops following, which Err reports, until the fleet fits again. Use Fleet, which pages, for
+// such a fleet.
 type FleetView struct {
 	cache *client.Cache
 	log   *slog.Logger
@@ -220,7 +222,8 @@ func (v *FleetView) Worker(principal, workerID string) (Worker, bool) {
 }
 
 // Alive reports whether the worker workerID of principal is live: its entry exists, so it has
-// heartbeated within three of its intervals (whatever its status; a draining worker is alive).
+// heartbeated within three of its intervals (whatever its status; a draining worker is alive). That
+// holds while the view follows the fleet (Err is nil); otherwise it is the view's last word.
 func (v *FleetView) Alive(principal, workerID string) bool {
 	_, ok := v.Worker(principal, workerID)
 	return ok
@@ -246,6 +249,14 @@ func (v *FleetView) Holder(lease string) (Worker, bool) {
 	}
 	return best.clone(), found
 }
+
+// Err returns nil while the view follows the fleet, and otherwise why it cannot watch again: the
+// store refused the re-watch after the view's watch ended (a reconnect, an OVERFLOW, ...), with
+// WATCH_TOO_BROAD once the fleet outgrew the snapshot bound, or PERMISSION_DENIED once the principal
+// lost its admin right. The view retries meanwhile, but holds its last contents: a worker that stopped
+// since then is still listed (Alive, Holder) until the view follows again and Err returns nil. Use
+// Fleet, which pages, while Err is not nil.
+func (v *FleetView) Err() error { return v.cache.Err() }
 
 // Changes returns a channel that receives a token after the view changed (a worker appeared,
 // changed or left, or a resync replaced the view). Notifications coalesce: one token may stand for

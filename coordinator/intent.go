@@ -205,13 +205,26 @@ func encodeIntent(in *MediaIntent) ([]byte, error) {
 }
 
 // decodeIntent decodes a stored intent strictly: a property this type does not know would be lost
-// by the rewrite, so it is an error rather than silently dropped.
+// by the rewrite, so it is an error rather than silently dropped. An integer is read as the store's
+// schema reads it, whatever its JSON spelling (5, 5.0, 5e0): see wire.Integer.
 func decodeIntent(e *wire.Entry) (MediaIntent, error) {
-	var in MediaIntent
+	var doc struct {
+		MediaIntent
+		Priority json.RawMessage `json:"priority"`
+	}
 	dec := json.NewDecoder(bytes.NewReader(e.Document))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
+	if err := dec.Decode(&doc); err != nil {
 		return MediaIntent{}, wire.Errorf(wire.CodeSchemaInvalid, "stored intent %s does not decode as keeppeek.media-intent.v1: %v", e.String(), err)
+	}
+	in := doc.MediaIntent
+	if len(doc.Priority) > 0 && string(doc.Priority) != "null" {
+		n, ok := wire.Integer(doc.Priority)
+		if !ok {
+			return MediaIntent{}, wire.Errorf(wire.CodeSchemaInvalid, "stored intent %s does not decode as keeppeek.media-intent.v1: priority %s is not an integer", e.String(), doc.Priority)
+		}
+		p := int(n)
+		in.Priority = &p
 	}
 	return in, nil
 }

@@ -14,7 +14,9 @@ import (
 // a create-only put, as soon as the key is gone: deleted, expired, or absent from a fresh snapshot.
 // Several standbys may race for it; the store lets exactly one create win, and the others keep
 // waiting. It returns the lease once claimed, the error of a claim that failed other than with
-// ErrHeld, or ctx's error.
+// ErrHeld, an error of its watch (client.ErrCacheClosed once the connection closed for good,
+// client.ErrEpochChanged after a restore, the store's refusal to watch again), or ctx's error; an
+// Elector campaigns again after any of them but a refusal for good.
 //
 // The watch's prefix is the lease key, so it also sees the keys that extend it
 // ("leases/a" sees "leases/a2"); more than 64 of those make the watch WATCH_TOO_BROAD.
@@ -27,6 +29,9 @@ func Campaign(ctx context.Context, c *client.Client, o Options) (*Lease, error) 
 	l, err := claim(ctx, c, o)
 	if !errors.Is(err, ErrHeld) {
 		return l, err
+	}
+	if o.onHeld != nil {
+		o.onHeld()
 	}
 	changed := make(chan struct{}, 1)
 	poke := func() {
@@ -52,7 +57,10 @@ func Campaign(ctx context.Context, c *client.Client, o Options) (*Lease, error) 
 		var held *HeldError
 		if errors.As(err, &held) {
 			if err := cache.WaitForRevision(ctx, held.Revision); err != nil {
-				return nil, err
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, fmt.Errorf("lease: watch %s:%s: %w", o.Namespace, o.Key, err)
 			}
 		}
 		if _, ok := cache.Get(o.Key); ok {
@@ -72,6 +80,9 @@ func Campaign(ctx context.Context, c *client.Client, o Options) (*Lease, error) 
 		}
 		if l, err = claim(ctx, c, o); !errors.Is(err, ErrHeld) {
 			return l, err
+		}
+		if o.onHeld != nil {
+			o.onHeld()
 		}
 	}
 }

@@ -20,11 +20,12 @@ type TestHooks struct {
 	RenewReply func()           // when a renewal's reply is in, before it is applied
 	GuardWait  func()           // when a refused guarded write waits for a renewal in flight
 	Wait       func()           // Campaign: each time it starts waiting for the key to be free
+	Held       func()           // Campaign: after each claim refused because the lease is held
 }
 
 // WithHooks returns o with h installed.
 func WithHooks(o Options, h TestHooks) Options {
-	o.onRenewed, o.onRenewReply, o.onGuardWait, o.onWait = h.Renewed, h.RenewReply, h.GuardWait, h.Wait
+	o.onRenewed, o.onRenewReply, o.onGuardWait, o.onWait, o.onHeld = h.Renewed, h.RenewReply, h.GuardWait, h.Wait, h.Held
 	return o
 }
 

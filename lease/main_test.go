@@ -7,16 +7,16 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/keeppeek/coordination/internal/e2e"
 	"github.com/keeppeek/coordination/internal/testenv"
 	"github.com/keeppeek/coordination/lease"
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
+// TestMain checks for leaked goroutines and removes the stated binary the end-to-end tests build.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	e2e.Main(m)
 }
 
 // testTimeout bounds every wait of a test.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -39,15 +40,22 @@ func (l *Lease) LoadOffset(ctx context.Context) (string, error) {
 	return d.Message, nil
 }
 
-// SaveOffset stores offset (at most 256 bytes; typically a decimal position) under
+// SaveOffset stores offset (at most 256 bytes of UTF-8; typically a decimal position) under
 // Options.OffsetKey with a guarded Put, so only the current holder can move it: a former holder gets
-// ErrNotHeld or the store's GUARD_FAILED (both match wire.ErrGuardFailed).
+// ErrNotHeld or the store's GUARD_FAILED (both match wire.ErrGuardFailed). An offset that is not
+// valid UTF-8 is refused (INVALID_ARGUMENT) without a write: a JSON document would carry its invalid
+// bytes as U+FFFD, and LoadOffset would hand the next holder another offset than the one saved. The
+// store's content guard (SPEC section 13) may refuse others (SCHEMA_INVALID): more than 8 line
+// breaks, a "data:" prefix, a PEM marker.
 func (l *Lease) SaveOffset(ctx context.Context, offset string) error {
 	if l.o.OffsetKey == "" {
 		return errors.New("lease: no OffsetKey configured")
 	}
 	if len(offset) > maxOffsetBytes {
 		return fmt.Errorf("lease: offset of %d bytes is over %d", len(offset), maxOffsetBytes)
+	}
+	if !utf8.ValidString(offset) {
+		return wire.Errorf(wire.CodeInvalidArgument, "lease: offset %q is not valid UTF-8", offset)
 	}
 	doc, err := json.Marshal(offsetDocument{SubjectKey: l.o.Key, State: "active",
 		ObservedAtMs: time.Now().UnixMilli(), Message: offset, Holder: l.o.Holder})

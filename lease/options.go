@@ -52,6 +52,7 @@ type Options struct {
 	onRenewReply func()           // when a renewal's reply is in, before it is applied
 	onGuardWait  func()           // when a refused guarded write waits for a renewal in flight
 	onWait       func()           // Campaign: each time it starts waiting for the key to be free
+	onHeld       func()           // Campaign: after each claim refused because the lease is held
 }
 
 // margin is the safety margin subtracted from TTL when deciding whether the lease is still held.

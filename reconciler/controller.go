@@ -29,7 +29,10 @@ type Options struct {
 	// Namespace is the watched namespace, e.g. "service/transcoder-a".
 	Namespace string
 	// KeyPrefix narrows the watch to keys starting with it, e.g. "intents/" (empty: every key). A watch
-	// snapshot is bounded (SPEC section 7.2): a prefix matching more is WATCH_TOO_BROAD at Start.
+	// snapshot is bounded (SPEC section 7.2): a prefix matching more is WATCH_TOO_BROAD at Start. One
+	// that outgrows the bound later is followed until the cache has to watch again (a reconnect, say);
+	// the cache then keeps its last entries and retries, Cache().Err() says why, and once it follows
+	// again every key, and every key gone meanwhile, is reconciled.
 	KeyPrefix string
 	// MaxConcurrent bounds how many Reconciles (of different keys) run at once. Default 1.
 	MaxConcurrent int

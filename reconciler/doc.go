@@ -11,8 +11,9 @@
 // is being reconciled is reconciled again after), retries a failed key with per-key exponential
 // backoff, honours Result.Requeue and Result.RequeueAfter, bounds concurrency and stops cleanly.
 //
-// A Reconcile reads the current entry from Controller.Cache, not from the request, so it always acts
-// on the latest intent; an absent key means the intent is gone. Media intents are decoded with
+// A Reconcile reads the current entry from Controller.Cache, not from the request, so it acts on the
+// latest intent the cache holds; an absent key means the intent is gone. (While the cache cannot
+// watch, Cache().Err() is not nil and its entries are the last it had.) Media intents are decoded with
 // DecodeMediaIntent and checked with MediaIntent.Validate: an intent that fails is a worker validation
 // failure (a *ValidationError), reported as an ObservedStatus in state "invalid" (InvalidStatus) and
 // never turned into a command. A publish intent without a valid recording_mode, in particular, never

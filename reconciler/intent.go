@@ -66,7 +66,8 @@ func DecodeMediaIntent(e wire.Entry) (MediaIntent, error) {
 	}
 	var doc struct {
 		MediaIntent
-		Desired *bool `json:"desired"`
+		Desired  *bool           `json:"desired"`
+		Priority json.RawMessage `json:"priority"` // an integer may be written 5.0 or 5e0: see wire.Integer
 	}
 	if err := json.Unmarshal(e.Document, &doc); err != nil {
 		var te *json.UnmarshalTypeError
@@ -81,6 +82,14 @@ func DecodeMediaIntent(e wire.Entry) (MediaIntent, error) {
 	}
 	mi := doc.MediaIntent
 	mi.Desired = *doc.Desired
+	if len(doc.Priority) > 0 && string(doc.Priority) != "null" {
+		n, ok := wire.Integer(doc.Priority)
+		if !ok {
+			return MediaIntent{}, invalid("priority", "is a JSON %s %s, want integer", rawType(doc.Priority), doc.Priority)
+		}
+		p := int(n)
+		mi.Priority = &p
+	}
 	if err := checkParameters(mi.Parameters); err != nil {
 		return MediaIntent{}, err
 	}
@@ -103,6 +112,8 @@ func rawType(v json.RawMessage) string {
 		return "nothing"
 	}
 	switch v[0] {
+	case '{':
+		return "object"
 	case '[':
 		return "array"
 	case '"':

@@ -262,8 +262,9 @@ func (w *Worker) heartbeat() error {
 // interval from the start to the end, "starting" while components start (however long that takes)
 // and "draining" while they stop, so the worker's entry never expires while it runs. A stop that
 // takes longer than StopTimeout makes Run return with an error while the components' Stop calls go
-// on; the last heartbeat then still lists the leases they hold, which expire with their TTL if Stop
-// never releases them.
+// on (they are made once StopTimeout has passed even if an owned goroutine has not returned); the
+// last heartbeat then still lists the leases they hold, which expire with their TTL if Stop never
+// releases them.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if w.running {
@@ -360,15 +361,31 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.setStatus(wire.StatusDraining)
 	_ = w.heartbeat()
 	cancel()
-	done := make(chan struct{})
+	// Goroutines stop first (they may use the components), then the components, in reverse order.
+	// A goroutine that ignores its context past StopTimeout does not hold the components up: they are
+	// stopped anyway, so that nothing (a controller's Reconciles, a renewal) runs on unannounced after
+	// Run returned.
+	stopCtx, stopCancel := context.WithTimeout(context.Background(), w.opts.StopTimeout)
+	defer stopCancel()
+	goroutinesDone := make(chan struct{})
 	go func() {
 		wg.Wait()
+		close(goroutinesDone)
+	}()
+	stopping, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-goroutinesDone:
+		case <-stopCtx.Done():
+		}
+		close(stopping)
 		stopComponents()
-		close(done)
 	}()
 	select {
 	case <-done:
-	case <-time.After(w.opts.StopTimeout):
+	case <-stopCtx.Done():
+		<-stopping // the components' Stop calls have begun
 		runErr = errors.Join(runErr, fmt.Errorf("worker: stop took longer than %v", w.opts.StopTimeout))
 	}
 	endHeartbeats()
