@@ -113,7 +113,7 @@ func confEnvelope(t *testing.T, dial func(*testing.T, string) *rawConn) {
 			if op == wire.OpInfo {
 				r.ok(t)
 			}
-			for _, extra := range []string{`"owner":"x"`, `"Namespace":"service/env"`, `"bogus":null`} {
+			for _, extra := range []string{`"owner":"x"`, `"Namespace":"service/env"`, `"bogus":null`, `"Request_ID":3`} {
 				body := strings.TrimSuffix(valid, "}")
 				if body != "{" {
 					body += ","

@@ -545,6 +545,10 @@ func TestRequestIDOf(t *testing.T) {
 		{`{"request_id":1.5}`, 0},
 		{`{"request_id":"42"}`, 0},
 		{`{"request_id":null}`, 0},
+		{`{"Request_ID":3}`, 0},                      // names are case-sensitive, as Decode reads them
+		{`{"request_id":1,"Request_ID":3}`, 1},       // an unknown field beside the id
+		{`{"request_id":1,"request_id":3}`, 0},       // a duplicate id names no request
+		{`{"a":{"request_id":7},"request_id":2}`, 2}, // only the top level counts
 	} {
 		if got := wire.RequestIDOf([]byte(c.body)); got != c.want {
 			t.Errorf("RequestIDOf(%q) = %d, want %d", c.body, got, c.want)

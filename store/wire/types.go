@@ -398,15 +398,43 @@ func skipValue(b []byte, pos int) (int, error) {
 }
 
 // RequestIDOf extracts request_id from a request that may be invalid, for the error reply; 0 when the
-// body is not JSON or the id is not a valid integer.
+// body is not a JSON object, has no request_id spelled exactly so (names are case-sensitive, as Decode
+// reads them) or has it twice, or the id is not an integer from 0 to 2^53-1.
 func RequestIDOf(data []byte) int64 {
-	var probe struct {
-		RequestID int64 `json:"request_id"`
-	}
-	if json.Unmarshal(data, &probe) != nil || probe.RequestID < 0 || probe.RequestID > MaxSafeInteger {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return 0
 	}
-	return probe.RequestID
+	var id int64
+	found := false
+	for dec.More() {
+		t, err := dec.Token()
+		name, ok := t.(string)
+		if err != nil || !ok {
+			return 0
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return 0
+		}
+		if name != "request_id" {
+			continue
+		}
+		if found || json.Unmarshal(v, &id) != nil {
+			return 0
+		}
+		found = true
+	}
+	if _, err := dec.Token(); err != nil { // the object's end
+		return 0
+	}
+	if _, err := dec.Token(); err != io.EOF { // and nothing after it
+		return 0
+	}
+	if id < 0 || id > MaxSafeInteger {
+		return 0
+	}
+	return id
 }
 
 // CompactDocument checks that raw is one JSON object and returns its compact encoding, whose length is
