@@ -199,6 +199,13 @@ func (t *Tracker) onChanged(m *nats.Msg) {
 	}
 }
 
+// Refresh asks for a fetch of the capabilities now, as a gap in the announced generations does. Call it
+// when the media server refuses a command in a way the snapshot does not explain (SOURCE_UNAVAILABLE
+// for a session it shows online, VARIANT_NOT_READY for a variant it shows READY): announcements are
+// NATS messages, delivered at most once, and one that was lost leaves the tracker behind until the
+// next. Refresh does not wait; WaitGeneration, WaitFor or Subscribe tell when a newer snapshot is in.
+func (t *Tracker) Refresh() { t.wantFetch() }
+
 func (t *Tracker) wantFetch() {
 	select {
 	case t.kick <- struct{}{}:

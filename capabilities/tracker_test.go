@@ -389,3 +389,30 @@ func TestTrackerNotificationsCoalesceAndNeverBlock(t *testing.T) {
 		t.Error("a cancelled subscription was notified")
 	}
 }
+
+// Announcements are delivered at most once: when the last one is lost, the tracker stays behind until
+// Refresh fetches what the media server has now.
+func TestTrackerRefreshCatchesUpAfterALostAnnouncement(t *testing.T) {
+	e := newEnv(t, sim.Options{})
+	log := newFetchLog()
+	tr, _ := e.tracker(capabilities.TrackerOptions{}, log.hook)
+	log.drain()
+	before, _, _ := tr.Resolve("front-door")
+	e.sim.SuppressChanged(true) // the new session's announcements are lost
+	if err := e.sim.SetOnline("front-door", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sim.SetOnline("front-door", true); err != nil {
+		t.Fatal(err)
+	}
+	if s, _, _ := tr.Resolve("front-door"); s != before {
+		t.Fatalf("session %q changed without an announcement or a fetch", s)
+	}
+	tr.Refresh()
+	if f := log.next(t); f.err != nil || f.gen != e.sim.Generation() {
+		t.Fatalf("fetch after Refresh: %+v, want generation %d", f, e.sim.Generation())
+	}
+	if s, online, _ := tr.Resolve("front-door"); !online || s != e.session("front-door") || s == before {
+		t.Fatalf("after Refresh: session %q online %v; want the new session %q", s, online, e.session("front-door"))
+	}
+}

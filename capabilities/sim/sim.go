@@ -277,6 +277,11 @@ func (s *Sim) Start(ctx context.Context) error {
 	}
 	s.bumpLocked("start")
 	// When Start returns, the server has the subscriptions and the first announcement.
+	if _, ok := ctx.Deadline(); !ok { // FlushWithContext needs one
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
 	if err := s.nc.FlushWithContext(ctx); err != nil {
 		s.unsubscribeLocked()
 		s.stopped = true

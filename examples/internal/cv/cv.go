@@ -239,6 +239,9 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		return reconciler.Result{}, nil
 	}
 	rep, err := c.cmds.Subscribe(ctx, capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID})
+	if errors.Is(err, capabilities.ErrVariantNotReady) || errors.Is(err, capabilities.ErrSourceUnavailable) {
+		c.tracker.Refresh() // the snapshot said otherwise: it may be behind (an announcement lost)
+	}
 	if err != nil {
 		c.mu.Lock()
 		delete(c.active, req.Key)

@@ -325,6 +325,9 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 		case errors.Is(err, capabilities.ErrSourceUnavailable):
 			st.State, st.Message, st.ErrorCode = reconciler.StatePending, "source session changed; re-resolving", string(capabilities.CodeOf(err))
 			t.writeStatus(ctx, b, key, st)
+			// The snapshot said the session was online: it is behind (an announcement lost). The
+			// fetch's new generation re-enqueues the intent.
+			t.tracker.Refresh()
 			return reconciler.Result{}, nil
 		case errors.Is(err, capabilities.ErrPublicationConflict), errors.Is(err, capabilities.ErrRecordingModeInvalid):
 			st.State, st.Message, st.ErrorCode = reconciler.StateFailed, err.Error(), string(capabilities.CodeOf(err))

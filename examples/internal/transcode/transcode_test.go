@@ -327,3 +327,30 @@ func TestFailedPublicationIsStoppedWhenTheIntentGoes(t *testing.T) {
 		t.Fatalf("publications left after the intent was deleted: %+v", pubs)
 	}
 }
+
+// The source came back with a new session while the media server's announcements were lost: the
+// transcoder's snapshot is behind, and the start it sends with the old session is refused
+// (SOURCE_UNAVAILABLE). It then refreshes the capabilities and starts on the new session.
+func TestStaleSessionIsRefreshedAfterARefusedStart(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	f.transcoder(t, "tx-1")
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "publication READY", func() bool { _, ok := readyPublication(f); return ok })
+	f.Sim.SuppressChanged(true)
+	for _, online := range []bool{false, true} {
+		if err := f.Sim.SetOnline(src, online); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Sim.SuppressChanged(false) // what follows is announced again; the new session never was
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("required")); err != nil {
+		t.Fatal(err)
+	}
+	session, _, _ := f.Sim.SessionID(src)
+	waitFor(t, 15*time.Second, "a publication on the new session, READY", func() bool {
+		p, ok := readyPublication(f)
+		return ok && p.SessionID == session && p.RecordingMode == "required"
+	})
+}

@@ -205,6 +205,7 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	}
 	rep, err := v.cmds.Subscribe(ctx, capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID})
 	if errors.Is(err, capabilities.ErrVariantNotReady) || errors.Is(err, capabilities.ErrSourceUnavailable) {
+		v.tracker.Refresh() // the snapshot said otherwise: it may be behind (an announcement lost)
 		return reconciler.Result{RequeueAfter: time.Second}, nil
 	}
 	if err != nil {
