@@ -400,3 +400,18 @@ func TestCommandDelay(t *testing.T) {
 		t.Fatalf("%d commands carried out, want 1", n)
 	}
 }
+
+// Start needs no deadline on its context (its flush is bounded by its own).
+func TestStartWithoutADeadline(t *testing.T) {
+	ns := natstest.Start(t, natsserver.Options{})
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	s := sim.New(nc, sim.Options{})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatalf("Start without a deadline: %v", err)
+	}
+	s.Stop()
+}
