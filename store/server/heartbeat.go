@@ -76,6 +76,10 @@ func (s *Server) heartbeat(msg *nats.Msg) error {
 	defer cancel()
 	want := wire.WorkerStatus{WorkerID: workerID, Service: hb.Service, Principal: principal, Status: hb.Status,
 		IntervalMs: interval, Leases: leases}
+	if n := fitLeases(&want, s.st.Bounds().MaxDocumentBytes); n > 0 {
+		s.opts.Logger.Debug("heartbeat lists more leases than a worker status holds; the last are left out",
+			"principal", principal, "worker_id", workerID, "left_out", n)
+	}
 	cur, err := s.st.Get(ctx, serverPrincipal, wire.GetRequest{Namespace: string(wire.KindSystem), Key: key})
 	switch {
 	case err == nil:
@@ -101,4 +105,24 @@ func (s *Server) heartbeat(msg *nats.Msg) error {
 	_, err = s.st.PutSystem(ctx, principal, wire.PutRequest{Namespace: string(wire.KindSystem), Key: key,
 		Schema: wire.SchemaWorkerStatus, Document: doc, TTLMs: &ttl})
 	return err
+}
+
+// fitLeases shortens st's lease list, from its end, until the worker-status document fits within
+// maxBytes (max_document_bytes), and returns how many leases it left out. A worker that holds so many
+// leases (some 250 at the default 16 KiB) would otherwise have every heartbeat refused and look dead
+// while it runs; the lease entries themselves stay what says who holds a lease. The list is cut the
+// same way for the same heartbeat, so steady heartbeats stay keepalives.
+func fitLeases(st *wire.WorkerStatus, maxBytes int64) int {
+	probe := *st
+	probe.FirstSeenMs = wire.MaxSafeInteger // the widest it can be
+	doc, _ := json.Marshal(probe)
+	over := int64(len(doc)) - maxBytes
+	n := len(st.Leases)
+	for over > 0 && n > 0 {
+		n--
+		over -= int64(len(st.Leases[n])) + 3 // the key's quotes and comma (JSON keys need no escapes)
+	}
+	left := len(st.Leases) - n
+	st.Leases = st.Leases[:n]
+	return left
 }

@@ -265,3 +265,55 @@ func msgData(m *nats.Msg) string {
 	}
 	return string(m.Data)
 }
+
+// A worker holding more leases than a worker status can list (max_document_bytes) is still seen alive:
+// its entry lists the leases that fit, and steady heartbeats stay keepalives (no update, no revision).
+func TestHeartbeatWithManyLeasesIsKept(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	nc := env.Connect(t, "coordinator")
+	alice := env.Connect(t, "alice")
+	sub, _ := nc.SubscribeSync(wire.WatchSubject(wire.DefaultPrefix, "coordinator", "workers"))
+	if r := request(t, nc, "coordinator", wire.OpWatch, `{"watch_id":"workers","namespace":"system","key_prefix":"workers/"}`); !r.OK {
+		t.Fatalf("watch %+v", r)
+	}
+	next := func() wire.WatchMessage {
+		t.Helper()
+		m, err := sub.NextMsg(timeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var u wire.WatchMessage
+		if err := json.Unmarshal(m.Data, &u); err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	leases := make([]string, 400)
+	for i := range leases {
+		leases[i] = fmt.Sprintf("leases/front-door-video-browser-h264-720p-%04d", i)
+	}
+	hb := func(seq int64, status string) {
+		body, _ := json.Marshal(wire.Heartbeat{WorkerID: "w1", Service: "transcoder-a", Sequence: seq, SentAtMs: 1,
+			IntervalMs: 1000, Status: status, Leases: leases})
+		if err := alice.Publish(wire.HeartbeatSubject(wire.DefaultPrefix, "alice", "w1"), body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hb(1, "ready")
+	first := next()
+	var doc wire.WorkerStatus
+	if first.Kind != wire.UpdatePut || json.Unmarshal(first.Entry.Document, &doc) != nil {
+		t.Fatalf("first heartbeat: %+v", first)
+	}
+	if int64(len(first.Entry.Document)) > wire.DefaultBounds().MaxDocumentBytes || len(doc.Leases) == 0 ||
+		len(doc.Leases) >= len(leases) || doc.Leases[0] != leases[0] {
+		t.Fatalf("worker status of %d bytes lists %d of %d leases", len(first.Entry.Document), len(doc.Leases), len(leases))
+	}
+	for seq := range int64(3) {
+		hb(2+seq, "ready") // the same: keepalives
+	}
+	hb(5, "draining") // a change: the next update, one revision on
+	if u := next(); u.Kind != wire.UpdatePut || u.Revision != first.Revision+1 || u.WatchSequence != 2 {
+		t.Fatalf("after steady heartbeats and a change: %+v, want the change at revision %d", u, first.Revision+1)
+	}
+}
