@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	password := fs.String("password", "", "NATS password")
 	prefix := fs.String("prefix", capabilities.DefaultPrefix, "subject prefix")
 	sources := fs.String("sources", "front-door,back-yard", "comma-separated source ids")
-	readyDelay := fs.Duration("ready-delay", sim.DefaultReadyDelay, "how long a started publication stays PENDING")
+	readyDelay := fs.Duration("ready-delay", sim.DefaultReadyDelay, "how long a started publication stays PENDING (0: READY at once)")
 	failing := fs.String("fail", "", "comma-separated source/stream/variant whose publications turn FAILED")
 	verbose := fs.Bool("v", false, "also log every generation")
 	if err := fs.Parse(args); err != nil {
@@ -65,6 +65,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 
 	// Generations only grow, across restarts too (SPEC section 12): count on from the clock, so a
 	// restarted simulator announces generations above those of the one it replaces.
+	if *readyDelay == 0 {
+		*readyDelay = time.Nanosecond // the simulator reads 0 as its default
+	}
 	opts := sim.Options{Prefix: *prefix, ReadyDelay: *readyDelay, Logger: log, After: uint64(time.Now().UnixMilli())}
 	for id := range strings.SplitSeq(*sources, ",") {
 		if id = strings.TrimSpace(id); id != "" {

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -47,7 +48,11 @@ func main() {
 		mux := http.NewServeMux()
 		mux.Handle("/healthz", w.Worker().HealthHandler())
 		srv := &http.Server{Addr: *health, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.ListenAndServe() }()
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("cvworker: /healthz not served", "addr", *health, "err", err)
+			}
+		}()
 		defer srv.Close()
 	}
 	if err := w.Run(ctx); err != nil {
