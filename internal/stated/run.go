@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"sync/atomic"
@@ -238,7 +239,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		shutdownNATS()
 		return fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
-	sopts := server.Options{Prefix: cfg.SubjectPrefix, Principals: cfg.PolicyPrincipals(),
+	sopts := server.Options{Prefix: cfg.SubjectPrefix, Principals: cfg.PolicyPrincipals(), BackupDir: filepath.Join(cfg.DataDir, "backups"),
 		Version: "0.1.0", Logger: logger, Metrics: metrics, SweepInterval: time.Duration(cfg.NATS.WatchSweepMs) * time.Millisecond}
 	if ns != nil {
 		// Only the embedded server can say whether a watch's subscriber is still there.

@@ -5,8 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -20,9 +23,12 @@ import (
 const backupIdle = 2 * time.Minute
 
 // backups holds opened backups: consistent snapshots written to temporary files, served in chunks.
+// A backup not read for backupIdle is removed by a timer of its own; closeAll removes every one and
+// refuses those that open later (an open still writing when Stop gave up waiting).
 type backups struct {
-	mu    sync.Mutex
-	files map[string]*backupFile
+	mu     sync.Mutex
+	files  map[string]*backupFile
+	closed bool
 }
 
 type backupFile struct {
@@ -30,18 +36,40 @@ type backupFile struct {
 	path  string
 	size  int64
 	used  time.Time
+	timer *time.Timer
 }
 
-func (b *backups) add(f *backupFile) string {
+// add keeps f and returns its id; false (f's file removed) once closeAll ran.
+func (b *backups) add(f *backupFile) (string, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed {
+		os.Remove(f.path)
+		return "", false
+	}
 	if b.files == nil {
 		b.files = map[string]*backupFile{}
 	}
-	b.sweepLocked()
 	id := randomID()
 	b.files[id] = f
-	return id
+	f.timer = time.AfterFunc(backupIdle, func() { b.expire(id) })
+	return id, true
+}
+
+// expire removes backup id if it was not read for backupIdle, or waits again for the rest.
+func (b *backups) expire(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.files[id]
+	if f == nil {
+		return
+	}
+	if idle := time.Since(f.used); idle < backupIdle {
+		f.timer.Reset(backupIdle - idle)
+		return
+	}
+	os.Remove(f.path)
+	delete(b.files, id)
 }
 
 func (b *backups) get(owner, id string) *backupFile {
@@ -59,27 +87,40 @@ func (b *backups) remove(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if f := b.files[id]; f != nil {
+		f.timer.Stop()
 		os.Remove(f.path)
 		delete(b.files, id)
-	}
-}
-
-func (b *backups) sweepLocked() {
-	for id, f := range b.files {
-		if time.Since(f.used) > backupIdle {
-			os.Remove(f.path)
-			delete(b.files, id)
-		}
 	}
 }
 
 func (b *backups) closeAll() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.closed = true
 	for id, f := range b.files {
+		f.timer.Stop()
 		os.Remove(f.path)
 		delete(b.files, id)
 	}
+}
+
+// backupPattern names the temporary files of opened backups (os.CreateTemp's pattern).
+const backupPattern = "keeppeek-backup-*.db"
+
+// removeStaleBackups removes the backup files a stated killed before it could remove them left in dir.
+// Only a directory of the server's own (Options.BackupDir) is cleaned: another process may be using
+// the system's temporary directory.
+func removeStaleBackups(dir string) error {
+	stale, err := filepath.Glob(filepath.Join(dir, backupPattern))
+	if err != nil {
+		return err
+	}
+	for _, f := range stale {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 func randomID() string {
@@ -157,7 +198,7 @@ func (s *Server) admin(op wire.Op, subject string, data []byte) wire.AdminResult
 func (s *Server) backup(p policy.Principal, r wire.BackupRequest) wire.AdminResult {
 	switch r.Step {
 	case "open":
-		f, err := os.CreateTemp("", "keeppeek-backup-*.db")
+		f, err := os.CreateTemp(s.opts.BackupDir, backupPattern)
 		if err != nil {
 			return adminError(r.RequestID, wire.Errorf(wire.CodeStorage, "backup: %v", err))
 		}
@@ -170,7 +211,10 @@ func (s *Server) backup(p policy.Principal, r wire.BackupRequest) wire.AdminResu
 			os.Remove(f.Name())
 			return adminError(r.RequestID, err)
 		}
-		bid := s.backups.add(&backupFile{owner: p.ID, path: f.Name(), size: n, used: time.Now()})
+		bid, ok := s.backups.add(&backupFile{owner: p.ID, path: f.Name(), size: n, used: time.Now()})
+		if !ok {
+			return adminError(r.RequestID, wire.Errorf(wire.CodeUnavailable, "the server is stopping"))
+		}
 		return wire.AdminResult{OK: true, BackupID: bid, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}
 	case "read":
 		bf := s.backups.get(p.ID, r.BackupID)

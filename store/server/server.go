@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,10 @@ type Options struct {
 	// as from any slow consumer, past its pending limits) instead of each holding a goroutine and its
 	// body in stated's memory while a flood of requests waits for a slow disk.
 	MaxConcurrentRequests int
+	// BackupDir holds the files of opened admin backups (statectl backup), each removed when closed,
+	// after two idle minutes, or at Stop. Set, it is the server's own: Start removes backup files a
+	// killed server left there. Default: the system's temporary directory, never cleaned.
+	BackupDir string
 	// Interest, when set, reports whether anyone subscribes to a subject (an embedded NATS server can
 	// tell; a client of an external one cannot). The server then looks every SweepInterval for watches
 	// whose delivery subject has no subscriber, and drops one that has none at two looks running: its
@@ -205,6 +210,14 @@ func (s *Server) Principal(id string) (policy.Principal, bool) {
 
 // Start registers the micro service and the heartbeat subscription.
 func (s *Server) Start() error {
+	if s.opts.BackupDir != "" {
+		if err := os.MkdirAll(s.opts.BackupDir, 0o700); err != nil {
+			return fmt.Errorf("server: backup directory: %w", err)
+		}
+		if err := removeStaleBackups(s.opts.BackupDir); err != nil {
+			return fmt.Errorf("server: backup directory: %w", err)
+		}
+	}
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        ServiceName,
 		Version:     s.opts.Version,
@@ -311,7 +324,13 @@ func (s *Server) Stop(ctx context.Context) error {
 		s.backups.closeAll()
 		err = errors.Join(err, s.st.Close())
 		if !s.nc.IsClosed() {
-			err = errors.Join(err, s.nc.FlushWithContext(ctx))
+			fctx := ctx
+			if _, ok := ctx.Deadline(); !ok { // FlushWithContext needs one
+				var cancel context.CancelFunc
+				fctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+			}
+			err = errors.Join(err, s.nc.FlushWithContext(fctx))
 		}
 	})
 	return err

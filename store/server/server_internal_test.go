@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -174,5 +176,60 @@ func TestRequestsBeyondTheConcurrencyBoundWait(t *testing.T) {
 	}
 	if !strings.Contains(string(m.Data), `"request_id":3`) {
 		t.Fatalf("reply %s", m.Data)
+	}
+}
+
+// Opened backups live in BackupDir: Start removes the files a killed server left there, an idle one
+// goes after backupIdle, and one that opens after Stop closed them all is refused and removed.
+func TestBackupFilesNeverPileUp(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, "keeppeek-backup-123.db")
+	other := filepath.Join(dir, "notes.txt")
+	for _, f := range []string{stale, other} {
+		if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startServer(t, Options{BackupDir: dir})
+	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a stale backup file survived Start: %v", err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Fatalf("Start removed a file that is not a backup: %v", err)
+	}
+	file := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("backup"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	idle := file("keeppeek-backup-idle.db")
+	id, ok := s.backups.add(&backupFile{owner: "coordinator", path: idle, size: 6, used: time.Now().Add(-backupIdle)})
+	if !ok {
+		t.Fatal("backup refused before Stop")
+	}
+	s.backups.expire(id) // as its timer would
+	if _, err := os.Stat(idle); !errors.Is(err, fs.ErrNotExist) || s.backups.get("coordinator", id) != nil {
+		t.Fatalf("an idle backup was kept: %v", err)
+	}
+	used := file("keeppeek-backup-used.db")
+	id, _ = s.backups.add(&backupFile{owner: "coordinator", path: used, size: 6, used: time.Now()})
+	s.backups.expire(id) // read within backupIdle: kept
+	if s.backups.get("coordinator", id) == nil {
+		t.Fatal("a backup read within backupIdle was removed")
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(used); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Stop left an open backup's file: %v", err)
+	}
+	late := file("keeppeek-backup-late.db")
+	if _, ok := s.backups.add(&backupFile{owner: "coordinator", path: late, size: 6, used: time.Now()}); ok {
+		t.Fatal("a backup that opened after Stop was kept")
+	}
+	if _, err := os.Stat(late); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a backup that opened after Stop left its file: %v", err)
 	}
 }
