@@ -15,6 +15,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/keeppeek/coordination/store/schema"
 	"github.com/keeppeek/coordination/store/wire"
@@ -99,43 +100,96 @@ type boltBackend struct {
 	retention uint64
 }
 
-// openBolt opens the database at path, creating it (atomically: built beside it, then renamed) when it
-// does not exist. An existing empty file is a truncated database, not a new one. A panic of bbolt on a
-// damaged file is returned as an error.
-func openBolt(path string, timeout time.Duration, retention int) (b *boltBackend, err error) {
+// openBolt opens the database at path, creating it (atomically: built beside it, then linked into
+// place) when it does not exist. An existing empty file is a truncated database, not a new one. A panic
+// of bbolt on a damaged file is returned as an error.
+//
+// The database it returns is the file at path once its lock is held: bbolt opens the file, then waits
+// for its lock, and a restore that held the lock meanwhile has renamed another file over path. The
+// file that was opened is then no longer the database (every write to it would be lost at the next
+// start), so it is closed and path opened again. timeout bounds the waits for the lock, all of them.
+func openBolt(path string, timeout time.Duration, retention int) (*boltBackend, error) {
+	const attempts = 3
+	deadline := time.Now().Add(timeout)
+	for range attempts {
+		b, same, err := openBoltOnce(path, deadline, retention)
+		if err != nil || same {
+			return b, err
+		}
+		_ = b.close()
+	}
+	return nil, fmt.Errorf("the database file was replaced %d times while it was being opened", attempts)
+}
+
+// lockWait is how long a wait for a lock may take until deadline; ErrTimeout once it has passed.
+func lockWait(deadline time.Time) (time.Duration, error) {
+	if d := time.Until(deadline); d > 0 {
+		return d, nil
+	}
+	return 0, bolterrors.ErrTimeout
+}
+
+// openBoltOnce opens the database at path, waiting for locks until deadline; same reports whether
+// path still names the file it opened once its lock was held.
+func openBoltOnce(path string, deadline time.Time, retention int) (b *boltBackend, same bool, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			b, err = nil, fmt.Errorf("database is corrupt: %v", r)
+			b, same, err = nil, false, fmt.Errorf("database is corrupt: %v", r)
 		}
 	}()
+	timeout, err := lockWait(deadline)
+	if err != nil {
+		return nil, false, err
+	}
 	fi, err := os.Stat(path)
 	switch {
 	case err == nil && fi.Size() == 0:
-		return nil, errors.New("database file is empty (truncated?)")
+		return nil, false, errors.New("database file is empty (truncated?)")
 	case errors.Is(err, os.ErrNotExist):
 		if err := createBolt(path, timeout); err != nil {
-			return nil, fmt.Errorf("create database: %w", err)
+			return nil, false, fmt.Errorf("create database: %w", err)
+		}
+		if fi, err = os.Stat(path); err != nil {
+			return nil, false, err
 		}
 	case err != nil:
-		return nil, err
+		return nil, false, err
 	default:
-		if err := checkBoltFile(path); err != nil {
-			return nil, err
+		if err := checkBoltFile(path, timeout); err != nil {
+			return nil, false, err
 		}
+	}
+	if timeout, err = lockWait(deadline); err != nil {
+		return nil, false, err
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, FreelistType: bolt.FreelistMapType, NoFreelistSync: true})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return &boltBackend{db: db, retention: uint64(retention)}, nil
+	b = &boltBackend{db: db, retention: uint64(retention)}
+	// The file opened is the one stat saw before (checked, for an existing one) if path names that file
+	// still: a file replaced at path is never put back.
+	now, err := os.Stat(path)
+	if err != nil {
+		_ = b.close()
+		return nil, false, err
+	}
+	return b, os.SameFile(fi, now), nil
 }
 
-// createBolt builds a new, empty database of the current format beside path and renames it into
-// place, so a crash never leaves a half-made database behind.
+// createBolt builds a new, empty database of the current format beside path and links it into place,
+// so a crash never leaves a half-made database behind, and a store creating it at the same time never
+// replaces the one another has opened: the first link wins, and the other store opens that database
+// (and waits for its lock).
 func createBolt(path string, timeout time.Duration) error {
-	tmp := path + ".creating"
-	_ = os.Remove(tmp)
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".creating-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	f.Close()
+	defer os.Remove(tmp)
 	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: timeout})
 	if err != nil {
 		return err
@@ -148,8 +202,17 @@ func createBolt(path string, timeout time.Duration) error {
 	if err := db.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
+	if err := os.Link(tmp, path); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil // another store made it first: that one is the database
+		}
+		if !errors.Is(err, errors.ErrUnsupported) && !errors.Is(err, os.ErrPermission) {
+			return err
+		}
+		// A file system without hard links: rename (a store racing this one may then lose its file).
+		if err := os.Rename(tmp, path); err != nil {
+			return err
+		}
 	}
 	return syncFile(filepath.Dir(path))
 }
@@ -426,8 +489,9 @@ func loadTx(tx *bolt.Tx, rules *loadRules) (*loaded, error) {
 	return ld, nil
 }
 
-// errCommitUncertain wraps a commit error after which the database may hold the batch anyway.
-var errCommitUncertain = errors.New("the commit may have reached the database")
+// errCommitUncertain wraps a commit error after which the database, or a settings file that could not
+// be put back, may hold the batch anyway.
+var errCommitUncertain = errors.New("the commit may have reached the database or a settings file")
 
 func (b *boltBackend) commit(bt *batch) error {
 	var txid int

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"io"
 	"os"
+	"time"
 )
 
 // checkBoltFile reads the two meta pages of a bbolt file and refuses a file shorter than the pages its
@@ -14,12 +15,21 @@ import (
 // truncated file would be a fatal fault (SIGBUS) on first touch, which no recover can catch, so this
 // check runs before bbolt ever opens the file. A file whose metas are both invalid is left for
 // bbolt.Open to reject.
-func checkBoltFile(path string) error {
+//
+// It reads under a shared lock, waiting up to timeout for a store that has the database open (a
+// server still stopping when the next one starts): pages that a running store rewrites as they are
+// read would look damaged, and a sound database would open unavailable as corrupt.
+func checkBoltFile(path string, timeout time.Duration) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	unlock, err := lockShared(f, timeout)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	fi, err := f.Stat()
 	if err != nil {
 		return err

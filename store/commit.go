@@ -453,7 +453,7 @@ func (s *Store) runBatch(muts []*mutation) error {
 			s.opts.Logger.Error("commit failed", "mutations", len(muts), "err", err)
 			if errors.Is(err, errCommitUncertain) {
 				// Neither STORAGE (nothing changed) nor OK would be known to be true.
-				s.halt(fmt.Errorf("a commit failed after it may have reached the database: %w; restart to reload it", err))
+				s.halt(fmt.Errorf("a commit failed after it may have reached the disk: %w; restart to reload it", err))
 				uerr := s.unavailable()
 				for _, m := range muts {
 					m.done <- mutResult{err: uerr}
@@ -514,7 +514,7 @@ func (s *Store) failedAnswer(m *mutation, r mutResult, due []deadline, now int64
 
 // persist writes the staged ops: settings-backed namespaces to their backends, then everything else
 // and the audit records in one database transaction. If the transaction fails, the settings files are
-// put back as they were.
+// put back as they were; if one cannot be, the error is errCommitUncertain.
 func (s *Store) persist(st *stage) error {
 	bt := &batch{namespaces: map[string]nsCounter{}, totalBytes: st.dbTot}
 	head := s.audit
@@ -543,21 +543,22 @@ func (s *Store) persist(st *stage) error {
 	}
 	saved, err := s.saveSettings(st)
 	if err != nil {
-		s.restoreSettings(saved)
-		return err
+		return s.putSettingsBack(saved, err)
 	}
 	if err := s.be.commit(bt); err != nil {
-		if !errors.Is(err, errCommitUncertain) { // else the batch may be in the database: the files stay with it
-			s.restoreSettings(saved)
+		if errors.Is(err, errCommitUncertain) {
+			return err // the batch may be in the database: the files stay with it
 		}
-		return err
+		return s.putSettingsBack(saved, err)
 	}
 	s.audit = head
 	return nil
 }
 
-// saveSettings writes each settings-backed namespace the batch touched; it returns the namespaces
-// written so far with their previous state.
+// saveSettings writes each settings-backed namespace the batch touched; it returns the previous state
+// of every namespace whose file it may have changed: those written, and the one whose Save failed, if
+// its file no longer reads as it was (a Save may fail after it replaced the file, as settingsfile's
+// does when the fsync of the directory after its rename fails).
 func (s *Store) saveSettings(st *stage) (map[string]SettingsState, error) {
 	saved := map[string]SettingsState{}
 	for ns, n := range st.spaces {
@@ -567,7 +568,11 @@ func (s *Store) saveSettings(st *stage) (map[string]SettingsState, error) {
 		prev := s.settingsState(ns, nil)
 		next := s.settingsState(ns, st)
 		next.Revision = n.revision
-		if err := s.opts.Settings[ns].Save(next); err != nil {
+		sb := s.opts.Settings[ns]
+		if err := sb.Save(next); err != nil {
+			if cur, lerr := sb.Load(); lerr != nil || cur.Revision != prev.Revision {
+				saved[ns] = prev
+			}
 			return saved, errors.Join(errors.New("settings namespace "+ns), err)
 		}
 		saved[ns] = prev
@@ -575,12 +580,22 @@ func (s *Store) saveSettings(st *stage) (map[string]SettingsState, error) {
 	return saved, nil
 }
 
-func (s *Store) restoreSettings(saved map[string]SettingsState) {
+// putSettingsBack writes back the settings namespaces of a batch whose commit failed with err, and
+// returns err. If a file cannot be put back, it holds a write that memory and the database do not (and
+// that the next start serves): the batch's outcome is unknown, and the error says so
+// (errCommitUncertain), so the store stops rather than answer STORAGE, which says nothing changed.
+func (s *Store) putSettingsBack(saved map[string]SettingsState, err error) error {
+	var failed []error
 	for ns, prev := range saved {
-		if err := s.opts.Settings[ns].Save(prev); err != nil {
-			s.opts.Logger.Error("could not put a settings namespace back after a failed commit", "namespace", ns, "err", err)
+		if serr := s.opts.Settings[ns].Save(prev); serr != nil {
+			s.opts.Logger.Error("could not put a settings namespace back after a failed commit", "namespace", ns, "err", serr)
+			failed = append(failed, fmt.Errorf("settings namespace %s could not be put back: %w", ns, serr))
 		}
 	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%w: %w (%w)", errCommitUncertain, err, errors.Join(failed...))
+	}
+	return err
 }
 
 // settingsState is ns's content in memory, or as staged when st is not nil.

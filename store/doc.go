@@ -5,11 +5,12 @@
 //
 // Commits are serial and group the writers: every mutation (put, delete, lease expiry, keepalive)
 // queues; whoever commits (the caller itself when no commit is running, else the committer goroutine
-// once the running one ends) takes every queued mutation, checks each against the state as it will be
-// after the ones before it, writes them in one bbolt transaction with their audit records, commits
-// (fsync), and only then applies them to memory, fans the updates out and answers the callers. The
-// committer goroutine also expires leases when their deadline comes. Reads and watch
-// snapshots are served from an ordered in-memory index and never touch the disk.
+// once the running one ends) takes the queued mutations (up to Options.MaxBatch at a time, oldest
+// first), checks each against the state as it will be after the ones before it, writes them in one
+// bbolt transaction with their audit records, commits (fsync), and only then applies them to memory,
+// fans the updates out and answers the callers. The committer goroutine also expires leases when their
+// deadline comes. Reads and watch snapshots are served from an ordered in-memory index and never touch
+// the disk.
 //
 // The engine knows no network. Transports (the NATS server, tests, benchmarks) call it with the caller's
 // policy.Principal; the engine enforces the namespace policy, so every transport enforces the same rules.

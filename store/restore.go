@@ -14,7 +14,7 @@ import (
 // temporary file beside path, validates it exactly as Open would (format, identifiers, schemas,
 // counts and bytes within opts.Bounds, revisions, byte counters), starts a new epoch in it, and only
 // then renames it over path, so entries, namespace revisions and byte counters come back together or
-// not at all. It returns the new epoch.
+// not at all. It returns the new epoch. A copy left by an earlier restore that was cut short is removed.
 func Restore(path string, r io.Reader, opts Options) (string, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -26,7 +26,14 @@ func Restore(path string, r io.Reader, opts Options) (string, error) {
 	}
 	defer unlock()
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".restore-*.db")
+	// A restore cut short (killed, or the machine stopped) leaves its copy of the backup behind, as large
+	// as a database: restores are exclusive (the lock), so any such copy is a leftover.
+	if left, err := filepath.Glob(filepath.Join(dir, restoreTempPattern)); err == nil {
+		for _, name := range left {
+			_ = os.Remove(name)
+		}
+	}
+	tmp, err := os.CreateTemp(dir, restoreTempPattern)
 	if err != nil {
 		return "", fmt.Errorf("restore: %w", err)
 	}
@@ -54,6 +61,9 @@ func Restore(path string, r io.Reader, opts Options) (string, error) {
 	}
 	return epoch, nil
 }
+
+// restoreTempPattern names the copy of a backup that Restore validates beside the database.
+const restoreTempPattern = ".restore-*.db"
 
 func validateBackup(file string, opts Options) (string, error) {
 	reg, err := schema.New()

@@ -14,7 +14,10 @@ type SettingsState struct {
 // SettingsBackend holds the entries of one settings-backed namespace (SPEC section 6): live
 // configuration rather than leases. The engine calls Load once at Open and Save, from its committer,
 // with the namespace's whole new content before it answers a write; Save must be atomic (all of the new
-// state or none of it) and durable when it returns.
+// state or none of it) and durable when it returns. After a Save that failed, the engine calls Load to
+// learn whether the new state landed anyway, and puts the previous state back (Save) if it did, or if
+// the database then refuses the commit; if that fails too, the store stops serving (a restart serves
+// what the file holds).
 type SettingsBackend interface {
 	Load() (SettingsState, error)
 	Save(SettingsState) error

@@ -51,7 +51,7 @@ type Store struct {
 	pending  []*mutation
 	wake     chan struct{}
 	stop     chan struct{}
-	done     chan struct{}
+	done     chan struct{} // closed once the store is closed (at Open when it did not load)
 	wg       sync.WaitGroup
 	closeMu  sync.Mutex
 	closed   bool
@@ -232,9 +232,10 @@ func (s *Store) unavailable() error {
 	return wire.Errorf(wire.CodeUnavailable, "state store is not served: %v", s.Unavailable())
 }
 
-// halt stops serving for good, because a commit failed after it may have reached the database: what
-// the database holds can no longer be known from memory, and committing more on top of it could
-// leave counters that disagree (etcd and PostgreSQL stop on a failed fsync for the same reason).
+// halt stops serving for good, because a commit failed after it may have reached the database (or a
+// settings file that could not be put back): what they hold can no longer be known from memory, and
+// committing more on top of it could leave counters that disagree (etcd and PostgreSQL stop on a
+// failed fsync for the same reason).
 // Every call answers UNAVAILABLE with reason; every watch is closed (SHUTDOWN); a restart reloads
 // the database and validates it.
 func (s *Store) halt(reason error) {
@@ -278,7 +279,8 @@ func (s *Store) Bounds() wire.Bounds { return s.opts.Bounds }
 func (s *Store) Schemas() *schema.Registry { return s.schemas }
 
 // Close finishes the mutations already queued, closes every watch with SHUTDOWN and closes the
-// database. Calls after Close answer UNAVAILABLE. Close is idempotent.
+// database. Calls after Close answer UNAVAILABLE. Close is idempotent: a Close that races another
+// returns once the database is closed.
 func (s *Store) Close() error {
 	return s.shutdown(wire.CloseShutdown, "the server is stopping")
 }
@@ -287,6 +289,7 @@ func (s *Store) shutdown(reason wire.CloseReason, msg string) error {
 	s.closeMu.Lock()
 	if s.closed {
 		s.closeMu.Unlock()
+		<-s.done // another Close runs: return once it has closed the database
 		return nil
 	}
 	s.closed = true
@@ -294,6 +297,7 @@ func (s *Store) shutdown(reason wire.CloseReason, msg string) error {
 	if s.reason != nil {
 		return nil
 	}
+	defer close(s.done)
 	s.submitMu.Lock()
 	s.closing = true
 	s.submitMu.Unlock()
