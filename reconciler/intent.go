@@ -220,7 +220,8 @@ type ObservedStatus wire.ObservedStatus
 
 // Document returns s encoded as a keeppeek.observed-status.v1 document for a put. The message is
 // made one valid UTF-8 line (invalid bytes become U+FFFD, line breaks spaces: the content guard
-// rejects log-like strings) and cut, on a rune boundary, to at most MaxStatusMessageBytes.
+// rejects log-like strings), without the markers of a data URI or a PEM block (which it rejects too),
+// and cut, on a rune boundary, to at most MaxStatusMessageBytes.
 func (s ObservedStatus) Document() json.RawMessage {
 	s.Message = statusMessage(s.Message)
 	b, err := json.Marshal(wire.ObservedStatus(s))
@@ -233,8 +234,17 @@ func (s ObservedStatus) Document() json.RawMessage {
 // lineBreaks turns every line break into one space (`\r\n` counts as one).
 var lineBreaks = strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ")
 
+// pemMarker opens a PEM block, which the content guard refuses anywhere in a document.
+const pemMarker = "-----BEGIN "
+
 func statusMessage(m string) string {
 	m = lineBreaks.Replace(strings.ToValidUTF8(m, "\uFFFD"))
+	// The content guard also refuses a string that is a data URI or holds a PEM block: a message that
+	// quotes one (an error text) keeps its words without the marker, so the status can be written.
+	if rest, ok := strings.CutPrefix(m, "data:"); ok {
+		m = "data " + rest
+	}
+	m = strings.ReplaceAll(m, pemMarker, "-----begin ")
 	if len(m) <= MaxStatusMessageBytes {
 		return m
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/keeppeek/coordination/store/schema"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -173,6 +174,10 @@ func TestPublishIntentWithoutRecordingModeFromDocument(t *testing.T) {
 }
 
 func TestObservedStatusDocument(t *testing.T) {
+	registry, err := schema.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	full := ObservedStatus{SubjectKey: "intents/a", State: StateActive, ObservedAtMs: 42, Message: "ok",
 		PublicationID: "pub-1", SubscriptionID: "sub-1", VariantID: "browser-h264-720p",
 		ErrorCode: "PUBLICATION_ERROR_CODE_CONFLICT", Holder: "transcoder-a-1"}
@@ -198,6 +203,8 @@ func TestObservedStatusDocument(t *testing.T) {
 		{"line breaks", "one\ntwo\r\nthree\rfour", "one two three four"},
 		{"invalid utf-8", "bad\xff\xfebyte", "bad\uFFFDbyte"},
 		{"invalid utf-8 long", strings.Repeat("\xff", 300), strings.Repeat("\uFFFD", 1)},
+		{"data uri", "data:text/plain;base64,aGk= refused", "data text/plain;base64,aGk= refused"},
+		{"pem block", "bad cert: -----BEGIN CERTIFICATE----- MIIB", "bad cert: -----begin CERTIFICATE----- MIIB"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := ObservedStatus{SubjectKey: "intents/a", State: StateFailed, ObservedAtMs: 1, Message: tc.in}
@@ -213,6 +220,10 @@ func TestObservedStatusDocument(t *testing.T) {
 			}
 			if s.Message != tc.in {
 				t.Fatal("Document changed its receiver")
+			}
+			// The store takes it: the content guard finds nothing to refuse.
+			if err := registry.Validate(wire.SchemaObservedStatus, "service/tx", s.Document()); err != nil {
+				t.Fatalf("the store refuses the status: %v", err)
 			}
 		})
 	}
