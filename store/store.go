@@ -338,7 +338,14 @@ func (s *Store) VerifyAudit() (AuditReport, error) {
 	if err := s.serving(); err != nil {
 		return AuditReport{}, err
 	}
-	return verifyChain(s.be)
+	rep, err := verifyChain(s.be)
+	if err != nil {
+		if cerr := s.serving(); cerr != nil {
+			return rep, cerr // closed while it read: UNAVAILABLE, as for any call
+		}
+		return rep, wire.Errorf(wire.CodeStorage, "audit verify: %v", err)
+	}
+	return rep, nil
 }
 
 // Stats are the engine's counters, for metrics.

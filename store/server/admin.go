@@ -181,7 +181,7 @@ func (s *Server) admin(op wire.Op, subject string, data []byte) wire.AdminResult
 		}
 		rep, err := s.st.VerifyAudit()
 		if err != nil {
-			return adminError(id, wire.Errorf(wire.CodeStorage, "audit: %v", err))
+			return adminError(id, err) // UNAVAILABLE, or STORAGE when the database could not be read
 		}
 		return wire.AdminResult{OK: true, Audit: &wire.AuditReport{Records: rep.Records, HeadSeq: rep.HeadSeq, HeadHash: rep.HeadHash,
 			CheckpointSeq: rep.CheckpointSeq, BrokenSeq: rep.BrokenSeq, Problem: rep.Problem, Text: rep.String()}}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -85,5 +86,27 @@ func TestAdminBackupAndAudit(t *testing.T) {
 	l, err := st.List(t.Context(), policy.Principal{ID: "x", Admin: true}, wire.ListRequest{Namespace: "service/tx", Limit: 256})
 	if err != nil || len(l.Entries) != 50 || l.Revision != 50 {
 		t.Fatalf("restored list %d entries rev %d: %v", len(l.Entries), l.Revision, err)
+	}
+}
+
+// An unavailable store (its file did not validate) answers the admin calls UNAVAILABLE, as every other
+// call, not STORAGE: nothing was refused by a disk.
+func TestAdminCallsOfAnUnavailableStore(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "state-store.db"), bytes.Repeat([]byte("garbage!"), 1024), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := testenv.Start(t, testenv.Options{DataDir: dir})
+	if env.Store.Unavailable() == nil {
+		t.Fatal("a garbage database file opened")
+	}
+	nc := env.Connect(t, "coordinator")
+	for _, c := range []struct {
+		op   wire.Op
+		body string
+	}{{wire.AdminAuditVerify, `{"request_id":5}`}, {wire.AdminBackup, `{"request_id":6,"step":"open"}`}} {
+		if r := admin(t, nc, "coordinator", c.op, c.body); r.OK || r.Error == nil || r.Error.Code != wire.CodeUnavailable {
+			t.Errorf("%s of an unavailable store: %+v, want UNAVAILABLE", c.op, r)
+		}
 	}
 }
