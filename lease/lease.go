@@ -290,8 +290,12 @@ func (l *Lease) deleteEntry(ctx context.Context) error {
 		}
 		// A renewal without a reply may have moved the entry on: delete that revision instead.
 		r, v := l.resolve(ctx)
-		if v != ours {
+		switch v {
+		case notOurs:
 			return nil
+		case unknown:
+			// The entry may still be ours: say so, or a standby would wait out the TTL unawares.
+			return fmt.Errorf("lease: release %s:%s: the entry moved on and could not be read to tell whose it is", l.o.Namespace, l.o.Key)
 		}
 		rev = r.rev
 	}

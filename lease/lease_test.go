@@ -7,9 +7,13 @@ import (
 	"testing"
 	"time"
 
+	natsauth "github.com/nats-io/nats-server/v2/server"
+
+	"github.com/keeppeek/coordination/internal/natsserver"
 	"github.com/keeppeek/coordination/internal/testenv"
 	"github.com/keeppeek/coordination/lease"
 	"github.com/keeppeek/coordination/store/client"
+	"github.com/keeppeek/coordination/store/policy"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -344,5 +348,54 @@ func TestContextEndsWithTheLease(t *testing.T) {
 	defer cancelLate()
 	if !errors.Is(context.Cause(late), lease.ErrLost) {
 		t.Fatalf("context of a lost lease: cause %v, want ErrLost at once", context.Cause(late))
+	}
+}
+
+// Release of a lease whose last renewal got no reply finds the entry moved on (CONFLICT): when it then
+// cannot read the entry to tell whether that renewal was its own, it says so rather than report the
+// entry gone (a standby would wait out the TTL unawares).
+func TestReleaseThatCannotTellWhoseTheEntryIs(t *testing.T) {
+	holder := "worker-a" // may not get: NATS refuses its get requests, which then go unanswered
+	pub := []string{}
+	for _, op := range []wire.Op{wire.OpPut, wire.OpDelete, wire.OpInfo, wire.OpWatch, wire.OpUnwatch, wire.OpAck, wire.OpList} {
+		pub = append(pub, wire.StateSubject(wire.DefaultPrefix, holder, op))
+	}
+	env := testenv.Start(t, testenv.Options{
+		Principals: []policy.Principal{{ID: "coordinator", Admin: true}, {ID: holder, Admin: true}},
+		NATSUsers: []natsserver.User{{Name: holder, Password: "pw", Permissions: &natsauth.Permissions{
+			Publish:   &natsauth.SubjectPermission{Allow: pub},
+			Subscribe: &natsauth.SubjectPermission{Allow: []string{wire.InboxPrefix(holder) + ".>"}},
+		}}, {Name: "coordinator", Password: "pw"}},
+	})
+	admin := newClient(t, env)
+	ctx := ctxT(t)
+	puts, onPut := notifier[wire.Entry]()
+	cache, err := admin.NewCache(ctx, client.CacheOptions{Namespace: ns, KeyPrefix: key, Handlers: client.Handlers{OnPut: onPut}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cache.Close() }()
+	c, err := client.New(env.Connect(t, holder), holder, client.WithRequestTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := opts(key, "transcoder-a-1", 30*time.Second)
+	o.RenewEvery = 2 * time.Second
+	l, err := lease.Claim(ctx, c, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed := l.Revision()
+	lease.DropRenewalReplies(l, 1)
+	recv(t, puts, "the claim's PUT")
+	recv(t, puts, "the renewal without a reply")
+	lease.PauseRenewals(l)                                  // no later renewal resolves it first
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second) // its get goes unanswered till then
+	defer cancel()
+	if err := l.Release(rctx); err == nil {
+		t.Fatal("Release reported the entry gone, though it could not read whose it is")
+	}
+	if e, ok := get(t, admin, key); !ok || e.Revision <= claimed {
+		t.Fatalf("lease entry %+v %v after Release, want the renewal's", e, ok)
 	}
 }
