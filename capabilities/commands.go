@@ -58,6 +58,9 @@ type StopPublicationRequest struct {
 //	{"ok": false, "error": {"code": "PUBLICATION_ERROR_CODE_CONFLICT", "message": "..."}}
 //
 // A reply is either ok with the command's result fields or not ok with an error object; never both.
+// The simulator answers so. Commands also reads the replies as SPEC section 12 writes them, without
+// the envelope: a bare result ({"subscription_id": ..., "variant_id": ...}, {} for unsubscribe and
+// stop_publication) and a bare error ({"code": ..., "message": ...}).
 type Reply struct {
 	OK             bool   `json:"ok"`
 	Error          *Error `json:"error,omitempty"`
@@ -194,10 +197,42 @@ func (c *Commands) call(ctx context.Context, cmd Command, body any) (Reply, erro
 		}
 		return Reply{}, fmt.Errorf("capabilities: %s on %s: %w", cmd, subj, err)
 	}
-	var r Reply
-	if err := json.Unmarshal(msg.Data, &r); err != nil {
+	return decodeReply(cmd, msg.Data)
+}
+
+// decodeReply reads a command reply: the envelope of Reply, or, without "ok", a bare error
+// ({code, message}, or {error: {code, message}}) or a bare result. Anything else (not a JSON
+// object, not ok without an error, ok with one) is a protocol error, never a success.
+func decodeReply(cmd Command, data []byte) (Reply, error) {
+	var r struct {
+		Reply
+		OK      *bool  `json:"ok"`
+		Code    Code   `json:"code"`
+		Message string `json:"message"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
 		return Reply{}, fmt.Errorf("capabilities: malformed %s reply: %v", cmd, err)
 	}
+	if !isJSONObject(data) {
+		return Reply{}, fmt.Errorf("capabilities: malformed %s reply: not a JSON object (%.64q)", cmd, data)
+	}
+	if r.OK == nil { // no envelope: SPEC section 12's bare reply
+		switch {
+		case r.Error != nil:
+			r.Reply.OK = false
+		case r.Code != "":
+			r.Reply.OK, r.Error = false, &Error{Code: r.Code, Message: r.Message}
+		default:
+			r.Reply.OK = true
+		}
+	} else {
+		r.Reply.OK = *r.OK
+	}
+	return checkReply(cmd, r.Reply)
+}
+
+// checkReply returns the ok reply r, its *Error, or a protocol error.
+func checkReply(cmd Command, r Reply) (Reply, error) {
 	if !r.OK {
 		if r.Error == nil || r.Error.Code == "" {
 			return Reply{}, fmt.Errorf("capabilities: %s reply is not ok and carries no error", cmd)

@@ -8,15 +8,17 @@
 // capabilities (WaitReady) before it reports success or lets anyone subscribe to it.
 //
 // The Tracker subscribes to `<prefix>.caps.v1.changed` and fetches the whole ServerCapabilities from
-// `<prefix>.caps.v1.get`: once at Start, on every announced generation above the one it holds, and after
-// every NATS reconnect (announcements sent while it was disconnected are lost). A fetched snapshot
+// `<prefix>.caps.v1.get` (a reply without a generation, such as a refusal, is a failed fetch): once
+// at Start, on every announced generation above the one it holds, and after every NATS reconnect
+// (announcements sent while it was disconnected are lost). A fetched snapshot
 // older than the one held is ignored, so generations only grow; a fetched snapshot older than the
 // highest announced one is fetched again with backoff. Readers never poll: WaitFor, WaitVariant and
 // WaitReady wake on each installed snapshot, and Subscribe hands out coalesced notifications for
 // reconcilers.
 //
-// Commands go to `<prefix>.media.v1.<principal>.<command>` as flat JSON requests; every reply is the
-// envelope Reply: `{"ok":true, ...result fields}` or `{"ok":false,"error":{"code":...,"message":...}}`.
+// Commands go to `<prefix>.media.v1.<principal>.<command>` as flat JSON requests; a reply is the
+// envelope Reply, `{"ok":true, ...result fields}` or `{"ok":false,"error":{"code":...,"message":...}}`,
+// or, as SPEC section 12 writes it, the bare result or the bare `{"code":...,"message":...}`.
 // A failed reply becomes a *Error carrying its code, so callers write
 // errors.Is(err, capabilities.ErrPublicationConflict). Commands refuses, without sending anything, a
 // StartPublication whose recording_mode is missing or unknown: a zero-value StartPublication must

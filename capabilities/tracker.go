@@ -228,6 +228,14 @@ func (t *Tracker) run(ctx context.Context, first chan<- error) {
 	defer close(t.done)
 	sub, err := t.nc.Subscribe(ChangedSubject(t.prefix), t.onChanged)
 	if err != nil {
+		if errors.Is(err, nats.ErrConnectionClosed) || t.nc.IsClosed() {
+			// Closed before Start: as when it closes later, the waits say so.
+			t.mu.Lock()
+			t.endLocked(errConnClosed)
+			t.mu.Unlock()
+			first <- errConnClosed
+			return
+		}
 		first <- fmt.Errorf("capabilities: subscribe %s: %w", ChangedSubject(t.prefix), err)
 		return
 	}
@@ -339,15 +347,58 @@ func (t *Tracker) fetchOnce(ctx context.Context) (caughtUp bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("capabilities: fetch %s: %w", GetSubject(t.prefix), err)
 	}
-	var caps ServerCapabilities
-	if err := json.Unmarshal(msg.Data, &caps); err != nil {
-		return false, fmt.Errorf("capabilities: malformed capabilities: %w", err)
+	caps, err := decodeCapabilities(msg.Data)
+	if err != nil {
+		return false, err
 	}
 	gen = caps.Generation
-	t.install(&caps)
+	t.install(caps)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.caps != nil && t.caps.Generation >= t.announced, nil
+}
+
+// decodeCapabilities decodes a reply of caps.v1.get. A reply that is not a ServerCapabilities, a JSON
+// object with its generation, is an error: a media server that refuses the fetch (with a bare
+// {code, message} or an {"ok":false,...} envelope) or answers null must not be taken for one that
+// knows no source. Fields the model does not know are ignored; missing ones read as their zero value.
+func decodeCapabilities(data []byte) (*ServerCapabilities, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
+		return nil, fmt.Errorf("capabilities: malformed capabilities: not a JSON object (%.64q)", data)
+	}
+	if g, ok := fields["generation"]; !ok || string(g) == "null" {
+		var refusal struct {
+			Error   *Error `json:"error"`
+			Code    Code   `json:"code"`
+			Message string `json:"message"`
+		}
+		_ = json.Unmarshal(data, &refusal) // best effort: only to say why
+		switch {
+		case refusal.Error != nil && refusal.Error.Code != "":
+			return nil, fmt.Errorf("capabilities: the media server refused the fetch: %w", refusal.Error)
+		case refusal.Code != "":
+			return nil, fmt.Errorf("capabilities: the media server refused the fetch: %w", &Error{Code: refusal.Code, Message: refusal.Message})
+		}
+		return nil, fmt.Errorf("capabilities: malformed capabilities: no generation (%.64q)", data)
+	}
+	var caps ServerCapabilities
+	if err := json.Unmarshal(data, &caps); err != nil {
+		return nil, fmt.Errorf("capabilities: malformed capabilities: %w", err)
+	}
+	return &caps, nil
+}
+
+// isJSONObject reports whether data, valid JSON, is an object.
+func isJSONObject(data []byte) bool {
+	for _, b := range data {
+		switch b {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return b == '{'
+	}
+	return false
 }
 
 // install makes caps the current snapshot if it is the first or newer than the one held, and wakes
@@ -425,8 +476,11 @@ func (t *Tracker) Subscribe() (<-chan struct{}, func()) {
 }
 
 // WaitFor returns once cond is true of an installed snapshot. cond is called with the snapshot held
-// when WaitFor is called (if any) and with each one installed after; it must not modify or keep it,
-// and runs on the caller's goroutine. WaitFor returns ctx's error when ctx ends first and
+// when WaitFor is called (if any) and then with the latest snapshot each time it wakes after an
+// install: snapshots installed while cond runs, or in quick succession, are seen only as the last of
+// them (as the tracker itself sees only the generations it fetches), so cond should test a state,
+// not wait for a passing one. It must not modify or keep the snapshot, and runs on the caller's
+// goroutine. WaitFor returns ctx's error when ctx ends first and
 // ErrTrackerStopped when the tracker stops (wrapping nats.ErrConnectionClosed when its connection
 // closed for good).
 func (t *Tracker) WaitFor(ctx context.Context, cond func(*ServerCapabilities) bool) error {
@@ -468,8 +522,10 @@ func (t *Tracker) WaitGeneration(ctx context.Context, gen uint64) error {
 
 // WaitVariant returns the variant once the capabilities show it in state want. While it is absent or
 // in another state it waits, waking on each new snapshot; when it is FAILED (and want is not FAILED)
-// it returns a *VariantFailedError (errors.Is(err, ErrVariantFailed)). It returns ctx's error when ctx
-// ends first and ErrTrackerStopped when the tracker stops.
+// it returns a *VariantFailedError (errors.Is(err, ErrVariantFailed)). A READY variant counts only
+// while its source is online: nothing of an offline source can be subscribed to, whatever state a
+// media server keeps listing for its variants, so a wait for READY also waits for the source. It
+// returns ctx's error when ctx ends first and ErrTrackerStopped when the tracker stops.
 //
 // A snapshot taken before a command the caller just sent may still show the variant's previous state:
 // a variant that FAILED, restarted with StartPublication, fails this wait until the tracker has
@@ -477,11 +533,22 @@ func (t *Tracker) WaitGeneration(ctx context.Context, gen uint64) error {
 func (t *Tracker) WaitVariant(ctx context.Context, sourceID, streamID, variantID string, want VariantState) (Variant, error) {
 	var got Variant
 	err := t.waitFor(ctx, func(c *ServerCapabilities) (bool, error) {
-		v, ok := c.Variant(sourceID, streamID, variantID)
+		src, ok := c.Source(sourceID)
+		if !ok {
+			return false, nil
+		}
+		st, ok := src.Stream(streamID)
+		if !ok {
+			return false, nil
+		}
+		v, ok := st.Variant(variantID)
 		if !ok {
 			return false, nil
 		}
 		if v.State == want {
+			if want == StateReady && !src.Online {
+				return false, nil
+			}
 			got = v
 			return true, nil
 		}
@@ -493,8 +560,8 @@ func (t *Tracker) WaitVariant(ctx context.Context, sourceID, streamID, variantID
 	return got, err
 }
 
-// WaitReady is WaitVariant with want READY: it returns once the variant can be subscribed to, and a
-// *VariantFailedError when it is FAILED.
+// WaitReady is WaitVariant with want READY: it returns once the variant can be subscribed to (READY,
+// its source online), and a *VariantFailedError when it is FAILED.
 func (t *Tracker) WaitReady(ctx context.Context, sourceID, streamID, variantID string) (Variant, error) {
 	return t.WaitVariant(ctx, sourceID, streamID, variantID, StateReady)
 }

@@ -44,6 +44,18 @@ func TestTrackerEndsWhenItsConnectionCloses(t *testing.T) {
 			t.Fatalf("Start did not return within %v of its connection closing (returned %v after cancel)", testTimeout, <-started)
 		}
 	})
+	t.Run("StartOnAClosedConnection", func(t *testing.T) {
+		nc := connect(t, startNATS(t))
+		nc.Close()
+		tr := capabilities.NewTracker(nc, capabilities.TrackerOptions{})
+		t.Cleanup(tr.Stop)
+		if err := tr.Start(ctxT(t)); !errors.Is(err, capabilities.ErrTrackerStopped) || !errors.Is(err, nats.ErrConnectionClosed) {
+			t.Fatalf("Start = %v, want ErrTrackerStopped with nats.ErrConnectionClosed", err)
+		}
+		if err := tr.WaitGeneration(ctxT(t), 1); !errors.Is(err, nats.ErrConnectionClosed) {
+			t.Errorf("a wait after Start failed = %v, want it to say the connection is closed", err)
+		}
+	})
 	t.Run("WaitReady", func(t *testing.T) {
 		e := newEnv(t, sim.Options{ReadyDelay: time.Hour})
 		tr, nc := e.tracker(capabilities.TrackerOptions{}, nil)

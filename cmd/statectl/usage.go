@@ -126,15 +126,17 @@ Measure a running stated as admin principals (the defaults are the qualification
   4. idle memory: --entries entries written, --idle waited, then stated's RSS from --metrics-url
      with all connections open; then all but one closed, --idle waited, the RSS again.
 Every document is the same 2,193-byte keeppeek.media-intent.v1. The keys live in --namespace
-(cas/, writers/, fanout/, rss/) and are deleted at the end unless --keep.
+(cas/, writers/, fanout/, rss/) and are deleted at the end unless --keep. The bench refuses to start
+when those prefixes hold entries it did not write (it deletes only its own).
 
 The watches count against the server's max_watches and max_watches_per_principal (info shows them):
-spread them over several admin principals with --admins, or raise the bounds in stated's [bounds].
-The bench checks this first and says what does not fit.
+spread them over several admin principals with --admins, or raise the bounds in stated's [bounds]
+(against a stated on its defaults, with the one dev principal: --watches 256). The bench checks this
+and the namespace's quotas first, and says what does not fit.
 
 Flags:
   --owners N          serial CAS keys (127)
-  --rounds N          CAS per owner and per writer, and fanout puts (30)
+  --rounds N          CAS per owner and per writer, and fanout puts (30; at most 10,000)
   --writers N         concurrent writers (127)
   --connections N     connections the fanout watches spread over (127)
   --watches N         fanout watches (1024)

@@ -1,13 +1,16 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -119,8 +122,8 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("bench: %s must be at least 1, got %d", f.name, f.v)
 		}
 	}
-	if c.Owners > 1000 || c.Writers > 1000 || c.Connections > 1000 || c.Entries > 100000 {
-		return errors.New("bench: owners, writers and connections are at most 1,000, entries at most 100,000")
+	if c.Owners > 1000 || c.Writers > 1000 || c.Connections > 1000 || c.Entries > 100000 || c.Rounds > MaxRounds {
+		return fmt.Errorf("bench: owners, writers and connections are at most 1,000, rounds at most %d, entries at most 100,000", MaxRounds)
 	}
 	if c.Idle < 0 {
 		return fmt.Errorf("bench: negative idle wait %v", c.Idle)
@@ -132,6 +135,10 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// MaxRounds bounds Config.Rounds: the bench keeps every latency it measures (Owners x Rounds of them
+// in the serial phase), so a count beyond what it can hold is refused before it connects.
+const MaxRounds = 10_000
 
 // ErrConnect marks a failure to connect to NATS (an unreachable server, wrong credentials).
 var ErrConnect = errors.New("connect")
@@ -158,7 +165,10 @@ type runner struct {
 
 // Run measures the stated at cfg.URL and returns the report. It fails before writing anything when
 // the server's bounds cannot hold the workload (say, Watches beyond what max_watches_per_principal
-// allows the given principals). Errors from the server keep their *wire.Error; a failure to connect
+// allows the given principals, or the entries beyond max_entries_per_namespace or
+// max_total_value_bytes; what others store counts too, and the server refuses what the bench could
+// not foresee), and when the namespace holds, under the bench's key prefixes, an entry the bench
+// did not write. Errors from the server keep their *wire.Error; a failure to connect
 // wraps ErrConnect.
 func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if err := cfg.Validate(); err != nil {
@@ -176,9 +186,23 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if err := r.check(ctx); err != nil {
 		return nil, err
 	}
-	// Leftovers of an earlier run (with Keep, or interrupted) would break create-only seeds.
-	r.logf("removing leftovers of earlier runs in %s", cfg.Namespace)
-	if err := r.deleteUnder(ctx, serialPrefix, writerPrefix, fanoutPrefix, idlePrefix); err != nil {
+	// Leftovers of an earlier run (with Keep, or interrupted) would break create-only seeds. A key
+	// under the bench's prefixes that the bench did not write is someone's data: refuse to run
+	// rather than delete or overwrite it.
+	leftovers, foreign, err := r.listUnder(ctx, serialPrefix, writerPrefix, fanoutPrefix, idlePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("bench: look for leftovers: %w", err)
+	}
+	if len(foreign) > 0 {
+		more := ""
+		if len(foreign) > 3 {
+			foreign, more = foreign[:3], fmt.Sprintf(" and %d more", len(foreign)-3)
+		}
+		return nil, fmt.Errorf("bench: %s holds %s%s, which the bench did not write, under the prefixes it writes and removes (%s, %s, %s, %s); choose another namespace",
+			cfg.Namespace, strings.Join(foreign, ", "), more, serialPrefix, writerPrefix, fanoutPrefix, idlePrefix)
+	}
+	r.logf("removing %d leftovers of earlier runs in %s", len(leftovers), cfg.Namespace)
+	if err := r.deleteListed(ctx, leftovers); err != nil {
 		return nil, fmt.Errorf("bench: remove leftovers: %w", err)
 	}
 	if !cfg.Keep {
@@ -258,8 +282,18 @@ func (r *runner) check(ctx context.Context) error {
 	if int64(len(r.doc)) > b.MaxDocumentBytes {
 		return fmt.Errorf("bench: the %d-byte document is over the server's max_document_bytes %d", len(r.doc), b.MaxDocumentBytes)
 	}
-	if need := int64(r.cfg.Owners + r.cfg.Writers + 1 + r.cfg.Entries); need > b.MaxEntriesPerNamespace {
+	// The namespace is at its fullest either before the idle phase (the serial, writer and fanout
+	// keys) or during it (its entries, plus the earlier keys when they are kept).
+	need := int64(max(r.cfg.Owners+r.cfg.Writers+1, r.cfg.Entries))
+	if r.cfg.Keep {
+		need = int64(r.cfg.Owners + r.cfg.Writers + 1 + r.cfg.Entries)
+	}
+	if need > b.MaxEntriesPerNamespace {
 		return fmt.Errorf("bench: %d entries do not fit in max_entries_per_namespace %d", need, b.MaxEntriesPerNamespace)
+	}
+	if total := need * int64(len(r.doc)); total > b.MaxTotalValueBytes {
+		return fmt.Errorf("bench: %d entries of %d bytes (%d bytes) do not fit in max_total_value_bytes %d",
+			need, len(r.doc), total, b.MaxTotalValueBytes)
 	}
 	if int64(r.cfg.Watches) > b.MaxWatches {
 		return fmt.Errorf("bench: %d watches do not fit: the server allows max_watches %d in all; lower --watches or raise [bounds] max_watches",
@@ -304,18 +338,28 @@ func (r *runner) seed(ctx context.Context, keys []string) ([]int64, error) {
 	return revs, err
 }
 
-// deleteUnder deletes every key of the namespace under each prefix.
-func (r *runner) deleteUnder(ctx context.Context, prefixes ...string) error {
-	var keys []string
+// listed is a key of the bench's and the revision it was listed at.
+type listed struct {
+	key string
+	rev int64
+}
+
+// listUnder lists the entries of the namespace under each prefix: own are the bench's (they hold
+// its document, DocumentSchema and r.doc), foreign the keys of every other.
+func (r *runner) listUnder(ctx context.Context, prefixes ...string) (own []listed, foreign []string, err error) {
 	for _, p := range prefixes {
 		after := ""
 		for {
 			page, err := r.conns[0].List(ctx, wire.ListRequest{Namespace: r.cfg.Namespace, KeyPrefix: p, AfterKey: after, Limit: wire.MaxListLimit})
 			if err != nil {
-				return fmt.Errorf("list %s: %w", p, err)
+				return nil, nil, fmt.Errorf("list %s: %w", p, err)
 			}
 			for _, e := range page.Entries {
-				keys = append(keys, e.Key)
+				if r.isBenchEntry(e) {
+					own = append(own, listed{e.Key, int64(e.Revision)})
+				} else {
+					foreign = append(foreign, e.Key)
+				}
 			}
 			if page.NextAfterKey == "" {
 				break
@@ -323,13 +367,38 @@ func (r *runner) deleteUnder(ctx context.Context, prefixes ...string) error {
 			after = page.NextAfterKey
 		}
 	}
-	return parallel(len(keys), max(len(r.conns), 16), func(w, i int) error {
-		_, err := r.conns[w%len(r.conns)].Delete(ctx, wire.DeleteRequest{Namespace: r.cfg.Namespace, Key: keys[i]})
-		if err != nil && !errors.Is(err, wire.ErrNotFound) {
-			return fmt.Errorf("delete %s: %w", keys[i], err)
+	return own, foreign, nil
+}
+
+// deleteListed deletes the listed keys, each at the revision it was listed at, so that an entry
+// rewritten since (by someone else) stays.
+func (r *runner) deleteListed(ctx context.Context, own []listed) error {
+	return parallel(len(own), max(len(r.conns), 16), func(w, i int) error {
+		rev := own[i].rev
+		_, err := r.conns[w%len(r.conns)].Delete(ctx, wire.DeleteRequest{Namespace: r.cfg.Namespace, Key: own[i].key, ExpectedRevision: &rev})
+		if err != nil && !errors.Is(err, wire.ErrNotFound) && !errors.Is(err, wire.ErrConflict) {
+			return fmt.Errorf("delete %s: %w", own[i].key, err)
 		}
 		return nil
 	})
+}
+
+// deleteUnder deletes the bench's entries under each prefix and leaves every other alone.
+func (r *runner) deleteUnder(ctx context.Context, prefixes ...string) error {
+	own, _, err := r.listUnder(ctx, prefixes...)
+	if err != nil {
+		return err
+	}
+	return r.deleteListed(ctx, own)
+}
+
+// isBenchEntry reports whether e holds what the bench writes: the bench document under its schema.
+func (r *runner) isBenchEntry(e wire.Entry) bool {
+	if e.Schema != DocumentSchema {
+		return false
+	}
+	var b bytes.Buffer
+	return json.Compact(&b, e.Document) == nil && bytes.Equal(b.Bytes(), r.doc)
 }
 
 func randomHex(n int) string {

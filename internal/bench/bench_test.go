@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,10 @@ func TestConfigValidate(t *testing.T) {
 		"zero rounds":     func(c *Config) { c.Rounds = 0 },
 		"ftp metrics":     func(c *Config) { c.MetricsURL = "ftp://x/metrics" },
 		"negative idle":   func(c *Config) { c.Idle = -time.Second },
+		// Owners x Rounds latencies are kept: a count that overflows or cannot be held is refused
+		// here, not met as a panic or an exhausted memory after the bench connected.
+		"huge rounds": func(c *Config) { c.Rounds = math.MaxInt },
+		"many rounds": func(c *Config) { c.Rounds = 1_000_000 },
 	} {
 		c := DefaultConfig()
 		mut(&c)

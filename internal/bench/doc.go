@@ -20,6 +20,9 @@
 //     connections open); then every connection but one closed, Idle waited, read again (rss-idle-MiB).
 //
 // Every document is the same schema-valid keeppeek.media-intent.v1 of exactly DocumentBytes compact
-// bytes (Document). The bench removes what it wrote unless Config.Keep is set. `statectl bench` and
-// BenchmarkStated (go test -bench) both run it; neither asserts anything about speed.
+// bytes (Document). The bench removes what it wrote unless Config.Keep is set, and at its start the
+// leftovers of an earlier run; it never deletes or overwrites an entry it did not write (one that
+// does not hold its document): when its key prefixes in the namespace hold such an entry, it refuses
+// to run. `statectl bench` and BenchmarkStated (go test -bench) both run it; neither asserts
+// anything about speed.
 package bench

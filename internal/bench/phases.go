@@ -225,11 +225,14 @@ func (r *runner) fanout(ctx context.Context) (res FanoutResult, err error) {
 		lat = append(lat, last.Sub(t0))
 	}
 	s := summarize(lat)
+	// Watch j is on connection j % nconn: with fewer watches than connections, only the first
+	// Watches connections hold one.
+	used := min(n, nconn)
 	principals := map[string]bool{}
-	for _, c := range r.conns[:nconn] {
+	for _, c := range r.conns[:used] {
 		principals[c.Principal()] = true
 	}
-	return FanoutResult{Watches: n, Connections: nconn, Principals: len(principals), Rounds: r.cfg.Rounds, P50US: s.p50, P95US: s.p95}, nil
+	return FanoutResult{Watches: n, Connections: used, Principals: len(principals), Rounds: r.cfg.Rounds, P50US: s.p50, P95US: s.p95}, nil
 }
 
 // arrivals are the handlers of fanout cache j: each update it applies is reported with the time it
@@ -273,7 +276,8 @@ func (r *runner) idle(ctx context.Context) (IdleResult, error) {
 	r.logf("idle memory: writing %d entries", r.cfg.Entries)
 	ks := keys(idlePrefix+"e-", r.cfg.Entries)
 	err := parallel(len(ks), len(r.conns), func(w, i int) error {
-		if _, err := r.conns[w].Put(ctx, r.put(ks[i], nil)); err != nil {
+		zero := int64(0) // create only: the keys are new, and never someone else's
+		if _, err := r.conns[w].Put(ctx, r.put(ks[i], &zero)); err != nil {
 			return fmt.Errorf("put %s: %w", ks[i], err)
 		}
 		return nil
