@@ -570,6 +570,9 @@ func (s *Store) saveSettings(st *stage) (map[string]SettingsState, error) {
 		next.Revision = n.revision
 		sb := s.opts.Settings[ns]
 		if err := sb.Save(next); err != nil {
+			if errors.Is(err, ErrSettingsNotWritten) {
+				return saved, errors.Join(errors.New("settings namespace "+ns), err)
+			}
 			if cur, lerr := sb.Load(); lerr != nil || cur.Revision != prev.Revision {
 				saved[ns] = prev
 			}

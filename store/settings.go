@@ -1,6 +1,9 @@
 package store
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/keeppeek/coordination/internal/settingsfile"
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -14,14 +17,19 @@ type SettingsState struct {
 // SettingsBackend holds the entries of one settings-backed namespace (SPEC section 6): live
 // configuration rather than leases. The engine calls Load once at Open and Save, from its committer,
 // with the namespace's whole new content before it answers a write; Save must be atomic (all of the new
-// state or none of it) and durable when it returns. After a Save that failed, the engine calls Load to
-// learn whether the new state landed anyway, and puts the previous state back (Save) if it did, or if
-// the database then refuses the commit; if that fails too, the store stops serving (a restart serves
-// what the file holds).
+// state or none of it) and durable when it returns. After a Save that failed, unless its error wraps
+// ErrSettingsNotWritten, the engine calls Load to learn whether the new state landed anyway, and puts
+// the previous state back (Save) if it did (or if Load fails), or if the database then refuses the
+// commit; if that fails too, the store stops serving (a restart serves what the file holds).
 type SettingsBackend interface {
 	Load() (SettingsState, error)
 	Save(SettingsState) error
 }
+
+// ErrSettingsNotWritten, wrapped by the error of a SettingsBackend's Save, says the stored state is as
+// it was before the call: the write is refused (STORAGE) with nothing to put back, even when the state
+// cannot be read (a configuration file left unparsable by a hand edit).
+var ErrSettingsNotWritten = errors.New("store: the settings were not written")
 
 // TOMLSettings returns the SettingsBackend that keeps namespace ns in the
 // `[state_store.settings."<ns>"]` section of the TOML configuration file at path, rewritten atomically
@@ -63,7 +71,13 @@ func (t *tomlSettings) Save(s SettingsState) error {
 			CreatedAtMs: e.CreatedAtMs, UpdatedAtMs: e.UpdatedAtMs, Document: e.Document,
 		})
 	}
-	return t.file.Save(t.ns, st)
+	if err := t.file.Save(t.ns, st); err != nil {
+		if errors.Is(err, settingsfile.ErrNotWritten) {
+			return fmt.Errorf("%w: %w", ErrSettingsNotWritten, err)
+		}
+		return err
+	}
+	return nil
 }
 
 // TOMLSettingsNamespaces returns a SettingsBackend for each namespace with a section in the TOML file

@@ -158,3 +158,34 @@ func TestSettingsPutBackFailureOnAFullDiskStopsTheStore(t *testing.T) {
 		t.Fatalf("after the restart: %v", err)
 	}
 }
+
+// A configuration file left unparsable (a hand edit under way, a typo before a SIGHUP) refuses a
+// settings write with STORAGE, and nothing else: the write changed nothing, and the store serves on.
+func TestSettingsWriteToAnUnparsableFileChangesNothing(t *testing.T) {
+	const ns = "user/alice"
+	cfg := filepath.Join(t.TempDir(), "stated.toml")
+	opts := DefaultOptions()
+	opts.Settings = map[string]SettingsBackend{ns: TOMLSettings(cfg, ns)}
+	s, _ := openT(t, opts)
+	ctx := ctxT(t)
+	mustPut(t, s, alice, settingsPref(ns, "kept"))
+	good, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte("[principals\nid = "), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Put(ctx, alice, settingsPref(ns, "refused"))
+	wantCode(t, err, wire.CodeStorage)
+	if s.Unavailable() != nil {
+		t.Fatalf("a write refused by an unparsable file stopped the store: %v", s.Unavailable())
+	}
+	if err := os.WriteFile(cfg, good, 0o600); err != nil { // the edit is finished
+		t.Fatal(err)
+	}
+	mustPut(t, s, alice, settingsPref(ns, "later"))
+	if r := nsRevision(t, s, ns); r != 2 {
+		t.Fatalf("namespace revision %d, want 2: the refused write took none", r)
+	}
+}

@@ -62,6 +62,10 @@ func Start(o Options) (*Server, error) {
 		ns.Shutdown()
 		return nil, errors.New("natsserver: not ready for connections (is the port in use?)")
 	}
+	// Keep the port a RANDOM_PORT start picked: a reload must not ask for another.
+	if addr, ok := ns.Addr().(*net.TCPAddr); ok {
+		opts.Port = addr.Port
+	}
 	return &Server{Server: ns, opts: opts}, nil
 }
 
@@ -125,9 +129,11 @@ func applyUsers(opts *server.Options, users []User) {
 // Reload replaces the users of the running server: unchanged users keep their connections, changed users
 // keep them with the new permissions, removed users are disconnected.
 func (s *Server) Reload(users []User) error {
+	if !s.Running() {
+		return errors.New("natsserver: reload: the server is not running")
+	}
 	opts := s.opts.Clone()
 	applyUsers(opts, users)
-	opts.Port = s.Addr().(*net.TCPAddr).Port // keep the port a RANDOM_PORT start picked
 	if err := s.ReloadOptions(opts); err != nil {
 		return err
 	}

@@ -25,11 +25,14 @@
 // fsync, rename over the file, fsync of the directory) and keeps the file's
 // permission bits (0600 for a new file); the file's owner becomes the writing
 // process, as with any rename. A symbolic link at the path is followed, and the
-// file it points to is replaced.
+// file it points to is replaced (created, if the link dangles).
 //
 // A File serialises its own Load, Save and Namespaces calls. It takes no lock on
-// the file itself: use one File per path and do not edit the file by hand while
-// the server writes to it.
+// the file itself: use one File per path. Save notices a file that changed
+// between its read and its rename (another inode, size or modification time), as
+// when an editor rewrites it in place, and reads and writes again, so that it does
+// not put back a file it read half-written or undo an edit it did not see; an edit
+// that lands in the instant between that check and the rename is still lost.
 package settingsfile
 
 import (
@@ -37,6 +40,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -69,6 +73,27 @@ const newFilePerm fs.FileMode = 0o600
 
 // rename is os.Rename; tests replace it to make the last step of Save fail.
 var rename = os.Rename
+
+// beforeRename runs just before Save checks that the file is unchanged and renames its new content
+// into place; tests use it to change the file in between.
+var beforeRename = func(path string) {}
+
+// saveAttempts bounds how often Save reads the file again because it changed during a write.
+const saveAttempts = 5
+
+// ErrNotWritten is wrapped by every error of Save after which the file is as it was before the
+// call. The one error that does not wrap it is a failed fsync of the directory after the rename: the
+// new content is then in place, though perhaps not durable.
+var ErrNotWritten = errors.New("settingsfile: the file was not written")
+
+// errChanged: the file changed between Save's read and its rename.
+var errChanged = errors.New("the file changed while it was being rewritten")
+
+// notWritten is an error of Save that left the file as it was; it reads as its cause.
+type notWritten struct{ err error }
+
+func (e notWritten) Error() string   { return e.err.Error() }
+func (e notWritten) Unwrap() []error { return []error{e.err, ErrNotWritten} }
 
 // Entry is one stored entry of a settings-backed namespace.
 type Entry struct {
@@ -118,11 +143,11 @@ func (f *File) Load(namespace string) (State, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 
-	doc, _, _, err := f.read()
+	snap, err := f.read()
 	if err != nil {
 		return State{}, err
 	}
-	settings, err := settingsTable(doc)
+	settings, err := settingsTable(snap.doc)
 	if err != nil {
 		return State{}, err
 	}
@@ -145,8 +170,19 @@ func (f *File) Load(namespace string) (State, error) {
 // documents that are JSON objects (stored compacted). A file that does not parse
 // is not overwritten. The one error after which the file may already hold the
 // new content is a failed fsync of the directory after the rename; the error
-// says so.
+// says so, and it is the one error that does not wrap ErrNotWritten.
+//
+// A file that changes between the read and the rename is read again and the
+// write made again, up to a few times; a file that keeps changing is an error.
 func (f *File) Save(namespace string, s State) error {
+	err := f.save(namespace, s)
+	if err != nil && !errors.Is(err, errRenamed) {
+		err = notWritten{err}
+	}
+	return err
+}
+
+func (f *File) save(namespace string, s State) error {
 	if err := checkNamespace(namespace); err != nil {
 		return err
 	}
@@ -158,10 +194,25 @@ func (f *File) Save(namespace string, s State) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 
-	doc, target, perm, err := f.read()
+	for attempt := 1; ; attempt++ {
+		err := f.saveOnce(namespace, section)
+		if !errors.Is(err, errChanged) {
+			return err
+		}
+		if attempt == saveAttempts {
+			return fmt.Errorf("settingsfile: %s: %w, %d times running: not written", f.path, errChanged, attempt)
+		}
+	}
+}
+
+// saveOnce reads the file, replaces the namespace's section and writes the file, unless it changed
+// since the read (errChanged). The caller holds f.mu.
+func (f *File) saveOnce(namespace string, section map[string]any) error {
+	snap, err := f.read()
 	if err != nil {
 		return err
 	}
+	doc := snap.doc
 	if doc == nil {
 		doc = map[string]any{}
 	}
@@ -186,7 +237,13 @@ func (f *File) Save(namespace string, s State) error {
 	if _, err := toml.Decode(buf.String(), &check); err != nil {
 		return fmt.Errorf("settingsfile: %s: encoded file does not parse: %w", f.path, err)
 	}
-	return writeAtomic(target, buf.Bytes(), perm)
+	return writeAtomic(snap.target, buf.Bytes(), snap.perm, func() error {
+		beforeRename(snap.target)
+		if !snap.unchanged() {
+			return errChanged
+		}
+		return nil
+	})
 }
 
 // Namespaces lists the namespaces that have a section in the file, sorted.
@@ -194,11 +251,11 @@ func (f *File) Namespaces() ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 
-	doc, _, _, err := f.read()
+	snap, err := f.read()
 	if err != nil {
 		return nil, err
 	}
-	settings, err := settingsTable(doc)
+	settings, err := settingsTable(snap.doc)
 	if err != nil {
 		return nil, err
 	}
@@ -214,30 +271,101 @@ func (f *File) Namespaces() ([]string, error) {
 	return names, nil
 }
 
-// read decodes the file. It returns the decoded document (nil for a missing or
-// empty file), the path to write (the file behind a symbolic link) and the
-// permission bits to keep. The caller holds f.mu.
-func (f *File) read() (map[string]any, string, fs.FileMode, error) {
-	target := f.path
-	if resolved, err := filepath.EvalSymlinks(f.path); err == nil {
-		target = resolved
+// snapshot is the file as read: its decoded document (nil for a missing or
+// empty file), the path to write (the file behind a symbolic link), the
+// permission bits to keep, and what the file was when read (nil if missing).
+type snapshot struct {
+	doc    map[string]any
+	target string
+	perm   fs.FileMode
+	info   fs.FileInfo
+}
+
+// unchanged reports whether the file is still the one read: the same inode, size
+// and modification time, or still missing.
+func (s snapshot) unchanged() bool {
+	now, err := os.Stat(s.target)
+	if s.info == nil {
+		return errors.Is(err, fs.ErrNotExist)
 	}
-	data, err := os.ReadFile(target)
+	return err == nil && os.SameFile(s.info, now) && now.Size() == s.info.Size() && now.ModTime().Equal(s.info.ModTime())
+}
+
+// read decodes the file. The caller holds f.mu.
+func (f *File) read() (snapshot, error) {
+	target, err := resolveLinks(f.path)
+	if err != nil {
+		return snapshot{}, fmt.Errorf("settingsfile: %w", err)
+	}
+	// Not a directory, and not a named pipe or a device, whose open could wait for ever.
+	if info, err := os.Stat(target); err == nil && !info.Mode().IsRegular() {
+		return snapshot{}, fmt.Errorf("settingsfile: %s is not a regular file", target)
+	}
+	file, err := os.Open(target)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, target, newFilePerm, nil
+		return snapshot{target: target, perm: newFilePerm}, nil
 	}
 	if err != nil {
-		return nil, "", 0, fmt.Errorf("settingsfile: %w", err)
+		return snapshot{}, fmt.Errorf("settingsfile: %w", err)
 	}
-	info, err := os.Stat(target)
+	defer file.Close()
+	// The file's state is taken before its content: a change while it is read shows as a change.
+	info, err := file.Stat()
 	if err != nil {
-		return nil, "", 0, fmt.Errorf("settingsfile: %w", err)
+		return snapshot{}, fmt.Errorf("settingsfile: %w", err)
+	}
+	if !info.Mode().IsRegular() {
+		return snapshot{}, fmt.Errorf("settingsfile: %s is not a regular file", target)
+	}
+	data, err := io.ReadAll(file)
+	if err != nil {
+		return snapshot{}, fmt.Errorf("settingsfile: %w", err)
 	}
 	var doc map[string]any
 	if _, err := toml.Decode(string(data), &doc); err != nil {
-		return nil, "", 0, fmt.Errorf("settingsfile: %s: %w", f.path, err)
+		return snapshot{}, fmt.Errorf("settingsfile: %s: %w", f.path, err)
 	}
-	return doc, target, info.Mode().Perm(), nil
+	return snapshot{doc: doc, target: target, perm: info.Mode().Perm(), info: info}, nil
+}
+
+// maxLinks bounds a chain of symbolic links, as the kernel does.
+const maxLinks = 40
+
+// resolveLinks returns the path of the file behind path, following symbolic
+// links. That file need not exist: a dangling link names the file that Save
+// creates, so that the link stays in place.
+func resolveLinks(path string) (string, error) {
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		return resolved, nil
+	}
+	// Something on the way is missing (or EvalSymlinks failed otherwise): follow the links of the
+	// last element one at a time, until one is missing or is not a link.
+	for range maxLinks {
+		info, err := os.Lstat(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return path, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if info.Mode()&fs.ModeSymlink == 0 {
+			return path, nil
+		}
+		dest, err := os.Readlink(path)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(dest) {
+			// Relative to the directory the link is in, as the kernel reads it.
+			dir, err := filepath.EvalSymlinks(filepath.Dir(path))
+			if err != nil {
+				return "", err
+			}
+			dest = filepath.Join(dir, dest)
+		}
+		path = dest
+	}
+	return "", fmt.Errorf("%s: too many levels of symbolic links", path)
 }
 
 // settingsTable returns the state_store.settings table of doc, or nil when absent.
@@ -497,11 +625,14 @@ func encodeEntry(e Entry, nsRevision uint64) (map[string]any, error) {
 	}, nil
 }
 
+// errRenamed marks the error of a Save whose new content was renamed into place.
+var errRenamed = errors.New("renamed into place")
+
 // writeAtomic replaces path with data: a temporary file in the same directory is
-// written, given perm, fsynced and renamed over path, then the directory is
-// fsynced. Until the rename, path is untouched; the temporary file is removed on
-// every failure.
-func writeAtomic(path string, data []byte, perm fs.FileMode) (err error) {
+// written, given perm, fsynced and, if ready (called last) allows it, renamed over
+// path, then the directory is fsynced. Until the rename, path is untouched; the
+// temporary file is removed on every failure.
+func writeAtomic(path string, data []byte, perm fs.FileMode, ready func() error) (err error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -529,12 +660,15 @@ func writeAtomic(path string, data []byte, perm fs.FileMode) (err error) {
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("settingsfile: %w", err)
 	}
+	if err = ready(); err != nil {
+		return err
+	}
 	if err = rename(tmpName, path); err != nil {
 		return fmt.Errorf("settingsfile: %w", err)
 	}
 	if derr := syncDir(dir); derr != nil {
 		// The rename happened: the new content is in place but may not be durable.
-		return fmt.Errorf("settingsfile: %s renamed into place but fsync of its directory failed: %w", path, derr)
+		return fmt.Errorf("settingsfile: %s %w but fsync of its directory failed: %w", path, errRenamed, derr)
 	}
 	return nil
 }

@@ -166,6 +166,9 @@ func (c *Config) Validate() error {
 	if !wire.ValidPrefix(c.SubjectPrefix) {
 		return fmt.Errorf("subject_prefix %q is not a valid subject prefix", c.SubjectPrefix)
 	}
+	if err := checkPrefixSpace(c.SubjectPrefix); err != nil {
+		return fmt.Errorf("subject_prefix %q: %w", c.SubjectPrefix, err)
+	}
 	if c.NATS.URL != "" && c.NATS.Listen != "" {
 		return fmt.Errorf("nats: set either listen (embedded server) or url (external server), not both")
 	}
@@ -180,8 +183,10 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("nats: listen: %w", err)
 		}
 	}
-	if c.NATS.WatchSweepMs != 0 && c.NATS.WatchSweepMs < 10 {
-		return fmt.Errorf("nats: watch_sweep_ms must be at least 10, got %d", c.NATS.WatchSweepMs)
+	if c.NATS.WatchSweepMs != 0 && (c.NATS.WatchSweepMs < 10 || c.NATS.WatchSweepMs > maxWatchSweepMs) {
+		// The upper bound keeps the interval a time.Duration: a larger count of milliseconds would
+		// wrap around to a negative interval, or to one of a fraction of a millisecond.
+		return fmt.Errorf("nats: watch_sweep_ms must be from 10 to %d, got %d", maxWatchSweepMs, c.NATS.WatchSweepMs)
 	}
 	seen := map[string]bool{}
 	nkeyOwner := map[string]string{} // NATS keys nkey users by their key: one key is one user
@@ -211,6 +216,25 @@ func (c *Config) Validate() error {
 		if !wire.ValidNamespace(ns) || ns == string(wire.KindSystem) {
 			return fmt.Errorf("state_store.settings: %q is not a namespace that can be settings-backed", ns)
 		}
+	}
+	return nil
+}
+
+// maxWatchSweepMs is the largest watch_sweep_ms: one day, as for ack_deadline_ms.
+const maxWatchSweepMs = wire.MaxAckDeadlineMs
+
+// checkPrefixSpace refuses a subject prefix whose subjects would fall in a space that section 9's
+// permissions give away: every principal may subscribe to its inbox, _INBOX.<principal>.>, so under a
+// prefix _INBOX (or _INBOX.<id>) the principal named "watch" would read every watch update and the
+// one named "state" every request; admins may publish on $SRV.>, so under $SRV they could send
+// requests as any principal. Other $ subjects belong to NATS itself (system events, JetStream).
+func checkPrefixSpace(prefix string) error {
+	first, _, _ := strings.Cut(prefix, ".")
+	switch {
+	case first == "_INBOX":
+		return fmt.Errorf("_INBOX is the principals' inbox space, which each principal may read")
+	case strings.HasPrefix(first, "$"):
+		return fmt.Errorf("subjects starting with $ are reserved for NATS and service discovery")
 	}
 	return nil
 }

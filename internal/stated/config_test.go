@@ -64,13 +64,13 @@ revision = 2
 	}
 	out := PermissionsConfig(c)
 	for _, want := range []string{`"acme.state.v1.coordinator.>"`, `"acme.admin.v1.coordinator.>"`, `"_INBOX.media.>"`,
-		`nkey: "UCQQMSRE3RWAQSET43FQ5MWMAZURBH4KIMVLXL2HLHCK5SKICYCJKWIL"`, `"acme.media.v1.*.>"`, `allow_responses`} {
+		`nkey: "UCQQMSRE3RWAQSET43FQ5MWMAZURBH4KIMVLXL2HLHCK5SKICYCJKWIL"`, `"acme.media.v1.*.>"`, `"_INBOX.*.>"`} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("permissions lack %s:\n%s", want, out)
 		}
 	}
-	if strings.Contains(strings.Split(out, "media")[0], "allow_responses") {
-		t.Fatalf("a non-media principal may answer requests:\n%s", out)
+	if strings.Contains(strings.Split(out, "media")[0], `"_INBOX.*.>"`) || strings.Contains(out, "allow_responses") {
+		t.Fatalf("a non-media principal may answer requests, or a principal may answer on any subject:\n%s", out)
 	}
 	// nats-server reads it as a configuration file.
 	file := filepath.Join(t.TempDir(), "nats.conf")

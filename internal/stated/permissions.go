@@ -13,8 +13,12 @@ import (
 
 // Permissions returns the NATS permissions of principal p under prefix (SPEC section 9): publish only
 // under its own tokens (and the capability request), subscribe only to its own watch subjects, its own
-// inbox prefix and capability changes. Admins may also publish on $SRV.> (service discovery) and their own admin subjects (backup, audit). The media
-// principal also answers capability and media command requests.
+// inbox prefix and capability changes. Admins may also publish on $SRV.> (service discovery) and their
+// own admin subjects (backup, audit). The media principal also takes capability and media command
+// requests and answers them into the requesters' inboxes (_INBOX.*.>), the only reply subjects a
+// principal can read. It is not given NATS's allow_responses: that lets a responder publish on
+// whatever reply subject a request names, so any principal could have the media server's answer
+// published on another principal's watch subject.
 func Permissions(prefix string, p PrincipalConfig) *server.Permissions {
 	pub := []string{
 		prefix + ".state.v1." + p.ID + ".>",
@@ -32,9 +36,8 @@ func Permissions(prefix string, p PrincipalConfig) *server.Permissions {
 	}
 	perms := &server.Permissions{}
 	if p.Media {
-		pub = append(pub, wire.CapsChangedSubject(prefix))
+		pub = append(pub, wire.CapsChangedSubject(prefix), wire.InboxPrefix("*")+".>")
 		sub = append(sub, wire.CapsGetSubject(prefix), prefix+".media.v1.*.>")
-		perms.Response = &server.ResponsePermission{MaxMsgs: 1}
 	}
 	perms.Publish = &server.SubjectPermission{Allow: pub}
 	perms.Subscribe = &server.SubjectPermission{Allow: sub}
@@ -66,15 +69,12 @@ func PermissionsConfig(cfg *Config) string {
 	sort.Slice(ps, func(i, j int) bool { return ps[i].ID < ps[j].ID })
 	for _, p := range ps {
 		perms := Permissions(cfg.SubjectPrefix, p)
-		cred := fmt.Sprintf("user: %q, password: %q", p.ID, p.Password)
+		cred := "user: " + natsQuote(p.ID) + ", password: " + natsQuote(p.Password)
 		if p.Nkey != "" {
-			cred = fmt.Sprintf("nkey: %q", p.Nkey)
+			cred = "nkey: " + natsQuote(p.Nkey)
 		}
 		fmt.Fprintf(&b, "    { %s,\n      permissions: {\n        publish: { allow: %s }\n        subscribe: { allow: %s }\n",
 			cred, quoteList(perms.Publish.Allow), quoteList(perms.Subscribe.Allow))
-		if perms.Response != nil {
-			fmt.Fprintf(&b, "        allow_responses: { max: %d }\n", perms.Response.MaxMsgs)
-		}
 		b.WriteString("      }\n    }\n")
 	}
 	b.WriteString("  ]\n}\n")
@@ -84,7 +84,29 @@ func PermissionsConfig(cfg *Config) string {
 func quoteList(ss []string) string {
 	q := make([]string, len(ss))
 	for i, s := range ss {
-		q[i] = fmt.Sprintf("%q", s)
+		q[i] = natsQuote(s)
 	}
 	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// natsQuote quotes s as a double-quoted string of nats-server's configuration syntax, which knows
+// only the escapes \xXX, \t, \n, \r, \" and \\ (Go's %q would write \u00a0 or \a, and nats-server would
+// refuse the file). Printable ASCII stays as it is; every other byte, of UTF-8 sequences too, is
+// written as \xXX, which nats-server puts back together byte by byte.
+func natsQuote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c >= 0x7f:
+			fmt.Fprintf(&b, "\\x%02x", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
