@@ -20,7 +20,17 @@ const maxDepth = 10000
 // result (plain ones: no escapes) share data's memory, so data must not change while the result is in
 // use; callers use the result only to check data, and messages copy what they quote.
 func decode(data []byte) (any, error) {
-	p := &parser{data: data}
+	return decodeWith(data, false)
+}
+
+// decodeForSchema is decode for the JSON Schema check: a number whose exact value would be costly to
+// compute (see standIn) is replaced by a short one that the schemas judge alike.
+func decodeForSchema(data []byte) (any, error) {
+	return decodeWith(data, true)
+}
+
+func decodeWith(data []byte, standIns bool) (any, error) {
+	p := &parser{data: data, standIns: standIns}
 	p.skipSpace()
 	v, err := p.value()
 	if err != nil {
@@ -37,9 +47,10 @@ func decode(data []byte) (any, error) {
 // the value being read, kept only for messages: it is pushed and popped, never copied, so reading a
 // document allocates nothing for it.
 type parser struct {
-	data []byte
-	pos  int
-	path []pathStep
+	data     []byte
+	pos      int
+	path     []pathStep
+	standIns bool // numbers costly to judge exactly are replaced (decodeForSchema)
 }
 
 // pathStep is one step of a parser path: a property name, or an array index when name is "" and
@@ -288,7 +299,100 @@ func (p *parser) number() (any, error) {
 			return nil, p.syntax("invalid number")
 		}
 	}
-	return json.Number(unsafe.String(&p.data[start], p.pos-start)), nil
+	num := unsafe.String(&p.data[start], p.pos-start)
+	if p.standIns {
+		if s, ok := standIn(num); ok {
+			return json.Number(s), nil
+		}
+	}
+	return json.Number(num), nil
+}
+
+// numberDigits bounds the numbers the JSON Schema check sees exactly: at most this many bytes, and an
+// exponent of at most this many in magnitude.
+const numberDigits = 400
+
+// standIn returns, for a JSON number num whose exact value is costly to compute, a short number that
+// every check of the registered schemas judges as it judges num, and true; for any other number, false.
+//
+// The JSON Schema library judges "integer", "minimum" and "maximum" on exact rationals: 1e1000000, a
+// nine-byte number, becomes a million-digit integer, and its message a million-digit string, megabytes
+// and a third of a second of CPU for a put of a few dozen bytes. The stand-in keeps what those checks can
+// see: the sign, whether the value is an integer, and its order against every integer under 10^400 in
+// magnitude (the schemas' bounds are integers of at most 2^53). It is the value itself when that fits
+// in 400 digits either side of the point; a value of 10^400 or more becomes 1e401 (or 1e401 + 0.5 if
+// it has a fraction); one with a longer fraction becomes its integer part and a half. The schemas
+// compare no number by enum, const or multipleOf, which would need the exact value.
+func standIn(num string) (string, bool) {
+	mant, expText := num, ""
+	if i := strings.IndexAny(num, "eE"); i >= 0 {
+		mant, expText = num[:i], num[i+1:]
+	}
+	neg := strings.HasPrefix(mant, "-")
+	mant = strings.TrimPrefix(mant, "-")
+	expNeg := strings.HasPrefix(expText, "-")
+	expText = strings.TrimLeft(expText, "+-")
+	expText = strings.TrimLeft(expText, "0")
+	costly := len(num) > numberDigits || len(expText) > 3
+	if !costly && len(expText) == 3 {
+		e, _ := strconv.Atoi(expText)
+		costly = e > numberDigits
+	}
+	if !costly {
+		return "", false
+	}
+	exp := int64(0)
+	if len(expText) > 12 { // beyond any position a document's digits can reach: saturate
+		exp = 1e12
+	} else if expText != "" {
+		exp, _ = strconv.ParseInt(expText, 10, 64)
+	}
+	if expNeg {
+		exp = -exp
+	}
+	intPart, fracPart, _ := strings.Cut(mant, ".")
+	// The value is 0.digits × 10^point: point is where the decimal point falls among the digits.
+	digits := intPart + fracPart
+	point := int64(len(intPart)) + exp
+	lead := len(digits) - len(strings.TrimLeft(digits, "0"))
+	digits, point = strings.TrimRight(digits[lead:], "0"), point-int64(lead)
+	if digits == "" {
+		return "0", true
+	}
+	sign := ""
+	if neg {
+		sign = "-"
+	}
+	isInt := point >= int64(len(digits))
+	switch {
+	case point > numberDigits:
+		if isInt {
+			return sign + "1e" + strconv.Itoa(numberDigits+1), true
+		}
+		return sign + "1" + strings.Repeat("0", numberDigits+1) + ".5", true
+	case point < -numberDigits:
+		return sign + "0.5", true
+	}
+	whole := "0"
+	switch {
+	case isInt:
+		whole = digits + strings.Repeat("0", int(point)-len(digits))
+	case point > 0:
+		whole = digits[:point]
+	}
+	if isInt {
+		return sign + whole, true
+	}
+	frac := digits
+	if point > 0 {
+		frac = digits[point:]
+	} else {
+		frac = strings.Repeat("0", int(-point)) + digits
+	}
+	if len(frac) > numberDigits {
+		frac = "5"
+	}
+	return sign + whole + "." + frac, true
 }
 
 // maxTokenBytes bounds how much of a property name a message repeats.

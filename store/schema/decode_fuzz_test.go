@@ -12,7 +12,8 @@ import (
 // texts (less duplicate names and extreme nesting) and produces the same values.
 func FuzzDecode(f *testing.F) {
 	for _, s := range []string{`{}`, `{"a":1}`, `{"a":[1,2.5e3,-0.1,true,false,null,"x\u00e9\n"]}`, `{"a":{"b":{}}}`,
-		` {"a" : "b" } `, `{"a":1,"a":2}`, `01`, `{"a":1,}`, `[1,]`, `"\ud800"`, "\"\xff\"", `1e`, `-`, `{"a":"\\"}`, `tru`, `[`} {
+		` {"a" : "b" } `, `{"a":1,"a":2}`, `01`, `{"a":1,}`, `[1,]`, `"\ud800"`, "\"\xff\"", `1e`, `-`, `{"a":"\\"}`, `tru`, `[`,
+		`1e1000000`, `-0`, `1E+2`, `{"a":1e-999999}`, `{"a":"\u0061","\u0061":1}`, `{"a":1,"\u0061":2}`, `"\ud83d\ude00"`, `0.0e0`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -33,6 +33,9 @@ func FuzzGuard(f *testing.F) {
 		`{"a":"` + strings.Repeat("A", 1025) + `"}`, `{"a":"` + strings.Repeat("A", 1024) + `"}`,
 		`{"a":1,"a":2}`, `{"a":`, `{"a":"\u00e9"}`, `{"x.Private.Key":{}}`, "{\"a\":\"\xff\"}",
 		`[[[[[[[[{"sdp":1}]]]]]]]]`, `{"parameters":{"svc":{"nested":["v=0\no=x"]}}}`,
+		`{"pass\u0077ord":1}`, `{"api\u005fkey":1}`, `{"\u0073dp":{}}`, `{"a":"\u0064ata:x"}`, `{"a":"v=0\u000d\u000ao=x"}`,
+		`{"a":"-----BEGIN\u0020X"}`, `{"aToken":1}`, `{"ApiKey":1}`, `{"APIToken":1}`, `{"x":"` + strings.Repeat("\r\n", 9) + `"}`,
+		`{"a":"` + strings.Repeat("A", 922) + strings.Repeat(" ", 103) + `"}`, `{"a":1e1000000}`, `{"data:x":1}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -83,6 +86,12 @@ func FuzzValidate(f *testing.F) {
 		{"system", `{}`},
 		{"foo/x", `[]`},
 		{"user/alice", `{"role":"subscribe","desired":true,"source_id":"a","media_kind":"video","extra":1}`},
+		{"user/alice", `{"role":"subscribe","desired":true,"source_id":"a","media_kind":"video","priority":1e1000000}`},
+		{"user/alice", `{"role":"subscribe","desired":true,"source_id":"a","media_kind":"video","priority":1.0e3}`},
+		{"user/alice", `{"role":"subscribe","desired":true,"source_id":"a","media_kind":"video","priority":-0.0}`},
+		{"user/alice", `{"role":"publish","desired":true,"source_id":"a","media_kind":"video","recording_mode":"required","parameters":{"svc":{"apiKey":"x"}}}`},
+		{"service/x", `{"role":"subscribe","desired":true,"source_id":"` + strings.Repeat("a", 129) + `","media_kind":"video"}`},
+		{"user/alice", `{"role":"subscribe","desired":true,"source_id":"a\n","media_kind":"video"}`},
 	} {
 		f.Add(seed.ns, []byte(seed.doc))
 	}

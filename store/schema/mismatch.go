@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,9 +105,9 @@ func describe(ve *jsonschema.ValidationError) string {
 	case *kind.MaxLength:
 		return fmt.Sprintf("value has %d characters, at most %d are allowed", k.Got, k.Want)
 	case *kind.Minimum:
-		return fmt.Sprintf("value %s is less than the minimum %s", k.Got.RatString(), k.Want.RatString())
+		return fmt.Sprintf("value %sis less than the minimum %s", shortValue(k.Got), k.Want.RatString())
 	case *kind.Maximum:
-		return fmt.Sprintf("value %s is greater than the maximum %s", k.Got.RatString(), k.Want.RatString())
+		return fmt.Sprintf("value %sis greater than the maximum %s", shortValue(k.Got), k.Want.RatString())
 	case *kind.Not:
 		// The schemas use "not" only to exclude the dot segments of identifiers and keys.
 		return `"." and ".." are not allowed as an identifier or a key segment`
@@ -120,6 +121,16 @@ func describe(ve *jsonschema.ValidationError) string {
 		}
 		return "value is not valid"
 	}
+}
+
+// shortValue renders a number of a document for a message, followed by a space, when it is short; ""
+// otherwise (a number of hundreds of digits says nothing a reader needs, and the schema check sees a
+// stand-in for the extreme ones: see standIn).
+func shortValue(r *big.Rat) string {
+	if r.Num().BitLen() > 64 || r.Denom().BitLen() > 64 {
+		return ""
+	}
+	return r.RatString() + " "
 }
 
 // quoteNames quotes property names for a message, joined by ", ".

@@ -177,7 +177,7 @@ func (r *Registry) ValidateSum(id, namespace string, document []byte, sum [sha25
 	if r.passed.has(key) {
 		return nil
 	}
-	v, err := decode(document)
+	v, err := decodeForSchema(document)
 	if err != nil {
 		return err
 	}

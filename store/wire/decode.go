@@ -23,7 +23,7 @@ func DecodeResult(data []byte, r *Result) error {
 		case "ok":
 			return d.bool(&r.OK)
 		case "error":
-			return d.fallback(&r.Error)
+			return d.errorPtr(&r.Error)
 		case "entry":
 			return d.entryPtr(&r.Entry)
 		case "revision":
@@ -47,7 +47,7 @@ func DecodeResult(data []byte, r *Result) error {
 		case "features":
 			return d.fallback(&r.Features)
 		case "bounds":
-			return d.fallback(&r.Bounds)
+			return d.boundsPtr(&r.Bounds)
 		}
 		return d.skip()
 	})
@@ -209,7 +209,8 @@ func (d *decoder) skip() error {
 	return err
 }
 
-// fallback decodes one value into v with json.Unmarshal: for the fields that are rare or small.
+// fallback decodes one value into v with json.Unmarshal: for the fields that are rare or small and
+// hold no member names (json.Unmarshal would match those ignoring case).
 func (d *decoder) fallback(v any) error {
 	raw, err := d.raw()
 	if err != nil {
@@ -452,6 +453,57 @@ func (d *decoder) entries(v *[]Entry) error {
 			return nil
 		}
 	}
+}
+
+// errorPtr decodes the error object of a reply, its names spelled exactly.
+func (d *decoder) errorPtr(v **Error) error {
+	return decodePtr(d, v, func(e *Error) error {
+		return d.object(func(d *decoder, name string) error {
+			switch name {
+			case "code":
+				return d.string((*string)(&e.Code))
+			case "message":
+				return d.string(&e.Message)
+			case "current_revision":
+				return d.uint64Ptr(&e.CurrentRevision)
+			}
+			return d.skip()
+		})
+	})
+}
+
+// boundsPtr decodes the bounds object of an info reply, its names spelled exactly.
+func (d *decoder) boundsPtr(v **Bounds) error {
+	return decodePtr(d, v, func(b *Bounds) error {
+		return d.object(func(d *decoder, name string) error {
+			var f *int64
+			switch name {
+			case "max_document_bytes":
+				f = &b.MaxDocumentBytes
+			case "max_entries_per_namespace":
+				f = &b.MaxEntriesPerNamespace
+			case "max_namespaces":
+				f = &b.MaxNamespaces
+			case "max_total_value_bytes":
+				f = &b.MaxTotalValueBytes
+			case "max_snapshot_entries":
+				f = &b.MaxSnapshotEntries
+			case "max_snapshot_bytes":
+				f = &b.MaxSnapshotBytes
+			case "max_watches":
+				f = &b.MaxWatches
+			case "max_watches_per_principal":
+				f = &b.MaxWatchesPerPrincipal
+			case "max_pending_updates":
+				f = &b.MaxPendingUpdates
+			case "ack_deadline_ms":
+				f = &b.AckDeadlineMs
+			default:
+				return d.skip()
+			}
+			return d.int64(f)
+		})
+	})
 }
 
 func (d *decoder) watchState(v **WatchState) error {

@@ -46,7 +46,8 @@ func replySeeds() []string {
 		`{"request_id":-0}`, `{"revision":-1}`, `{"revision":18446744073709551616}`, `{"ok":"true"}`, `{"entry":[]}`,
 		`{"entry":{"document":null}}`, `{"entry":{"document":  [1, 2] }}`, `{"watch_sequence":"1"}`, `{"x":[1,{"y":"z"}]}`,
 		`{"Request_ID":1}`, `{"ok":true}x`, `{"ok":true,}`, `[]`, `"x"`, `{"error":{"code":"NOT_FOUND","message":"m"}}`,
-		`{"error":5}`, `{"features":["a"],"features":null}`, "{\"key\":\"\xff\"}", `{"kind":"PUT","entry":{"revision":1e2}}`,
+		`{"error":5}`, `{"features":["a"],"features":null}`, `{"error":{"code":"A","CODE":"B","current_revision":0}}`,
+		`{"bounds":{"max_watches":1,"MAX_WATCHES":2}}`, `{"error":{"current_revision":null},"bounds":null}`, "{\"key\":\"\xff\"}", `{"kind":"PUT","entry":{"revision":1e2}}`,
 	)
 }
 
@@ -204,5 +205,56 @@ func TestDecodeSharing(t *testing.T) {
 	_ = append(doc, `,"more":1}`...)
 	if !bytes.Equal(data, before) || m.Entry.Owner != "alice" {
 		t.Fatalf("appending to the document changed the message: %s", data)
+	}
+}
+
+// TestDecodeResultNestedNamesAreExact: DecodeResult promises names spelled exactly, where
+// json.Unmarshal also takes them ignoring case. That holds inside the error and bounds objects too: a
+// member `CODE` or `Current_Revision` is an unknown field, skipped, not the code or the revision.
+func TestDecodeResultNestedNamesAreExact(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want wire.Result
+	}{
+		{`{"request_id":1,"ok":false,"error":{"code":"STATE_STORE_ERROR_CODE_CONFLICT","CODE":"X","message":"m","Current_Revision":3}}`,
+			wire.Result{RequestID: 1, Error: &wire.Error{Code: wire.CodeConflict, Message: "m"}}},
+		{`{"request_id":1,"ok":false,"error":{"Code":"X","Message":"m","current_revision":0}}`,
+			wire.Result{RequestID: 1, Error: &wire.Error{CurrentRevision: u64(0)}}},
+		{`{"request_id":1,"ok":false,"error":{"code":"STATE_STORE_ERROR_CODE_GUARD_FAILED","message":"m","current_revision":4,"extra":[1]}}`,
+			wire.Result{RequestID: 1, Error: &wire.Error{Code: wire.CodeGuardFailed, Message: "m", CurrentRevision: u64(4)}}},
+		{`{"request_id":2,"ok":true,"bounds":{"max_document_bytes":7,"MAX_WATCHES":9,"Ack_Deadline_Ms":1,"ack_deadline_ms":5}}`,
+			wire.Result{RequestID: 2, OK: true, Bounds: &wire.Bounds{MaxDocumentBytes: 7, AckDeadlineMs: 5}}},
+		{`{"request_id":2,"ok":true,"bounds":{"ack_deadline_ms":5,"ACK_DEADLINE_MS":1}}`,
+			wire.Result{RequestID: 2, OK: true, Bounds: &wire.Bounds{AckDeadlineMs: 5}}},
+	} {
+		var got wire.Result
+		if err := wire.DecodeResult([]byte(c.body), &got); err != nil {
+			t.Errorf("%s: %v", c.body, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s:\n got %+v (error %+v, bounds %+v)\nwant %+v (error %+v, bounds %+v)", c.body, got, got.Error, got.Bounds, c.want, c.want.Error, c.want.Bounds)
+		}
+	}
+	// The error and bounds of a reply as the server writes it come back whole.
+	b := wire.Bounds{MaxDocumentBytes: 1, MaxEntriesPerNamespace: 2, MaxNamespaces: 3, MaxTotalValueBytes: 4, MaxSnapshotEntries: 5,
+		MaxSnapshotBytes: 6, MaxWatches: 7, MaxWatchesPerPrincipal: 8, MaxPendingUpdates: 9, AckDeadlineMs: 10}
+	for _, r := range []wire.Result{
+		wire.ErrorResult(3, wire.RevisionError(wire.CodeConflict, 0, "k exists")),
+		wire.ErrorResult(4, wire.Errorf(wire.CodeNotFound, "no <such> key & \u2028")),
+		{RequestID: 5, OK: true, ServerID: "s", Features: []string{wire.FeatureStateStore}, Bounds: &b},
+	} {
+		var got wire.Result
+		if err := wire.DecodeResult(wire.AppendResult(nil, &r), &got); err != nil || !reflect.DeepEqual(got, r) {
+			t.Errorf("round trip of %+v: %+v, %v", r, got, err)
+		}
+	}
+	// Wrong types are errors, as json.Unmarshal has them.
+	for _, body := range []string{`{"error":{"code":5}}`, `{"error":{"current_revision":-1}}`, `{"error":[]}`,
+		`{"bounds":{"max_watches":"5"}}`, `{"bounds":{"max_watches":1.5}}`, `{"bounds":true}`} {
+		var got wire.Result
+		if err := wire.DecodeResult([]byte(body), &got); err == nil {
+			t.Errorf("%s decoded as %+v", body, got)
+		}
 	}
 }

@@ -42,6 +42,9 @@ var strictSeeds = []string{
 	`{"namespace":"a","namespace":"b"}`, `{"Namespace":"a"}`, `{"owner":"a"}`, `{}`, `{`, `{"schema":"s",}`,
 	`{"watch_id":"w","applied_sequence":3,"request_id":1}`, `{"watch_id":"w","applied_sequence":null}`,
 	`{"watch_id":"w","applied_sequence":"3"}`, `{"watch_id":"w","applied_sequence":-1}`, `{"watch_id":["w"]}`,
+	`{"guard":{"key":"g","key":"h","revision":2}}`, `{"guard":{"k\u0065y":"g","revision":2}}`, `{"guard":null}`,
+	`{"guard":{"key":"g","revision":2} }`, `{"guard":{"key":"g","revision":2,}}`, `{"document":{"a":1e1000000}}`,
+	`{"watch_id":"w","applied_sequence":1e0}`, `{"watch_id":"w","applied_sequence":9007199254740992}`,
 }
 
 func FuzzDecodeStrictMatchesJSON(f *testing.F) {

@@ -30,6 +30,9 @@ func FuzzIdentifiers(f *testing.F) {
 		strings.Repeat("a", 63), strings.Repeat("a", 64), strings.Repeat("a", 65), strings.Repeat("a", 128),
 		strings.Repeat("a", 129), strings.Repeat("a", 256), strings.Repeat("a", 257),
 		strings.Repeat("a", 255) + "/", strings.Repeat("a", 254) + "/.", strings.Repeat("a/", 128),
+		strings.Repeat("a", 255) + ".", strings.Repeat("a", 253) + "/..", "0" + strings.Repeat("z", 62),
+		"service/" + strings.Repeat("a", 63), "service/" + strings.Repeat("a", 64), "user/-a", "group/_x", "..a", "a/..b",
+		"A/B", "a\u002fb", "system/", "/system", "SYSTEM", "user//a", "user/a\x00", "w\u00e9",
 	} {
 		f.Add(s)
 	}
@@ -145,6 +148,16 @@ var putSeeds = []string{
 	`{"Namespace":"user/alice","KEY":"k","schema":"s","document":{}}`,
 	`{"namespace":"user/alice","key":"k","schema":"s","document":{"a":"\u00e9<>&\u2028"}}`,
 	"{\"namespace\":\"user/alice\",\"key\":\"k\",\"schema\":\"s\",\"document\":{\"a\":\"\xff\"}}",
+	`{"namespace":"user/alice","key":"k","schema":"s","document":{},"guard":{"KEY":"g","revision":1}}`,
+	`{"namespace":"user/alice","key":"k","schema":"s","document":{},"guard":{"key":"g","key":"h","revision":1}}`,
+	`{"namespace":"user/alice","key":"k","schema":"s","document":{},"guard":{"k\u0065y":"g","revision":1}}`,
+	`{"namespace":"user/alice","key":"k","schema":"s","document":{},"guard":null}`,
+	`{"namespace":"user/alice","key":"k","schema":"s","document":{"a":1e1000000,"b":-0.0e-5}}`,
+	`{"namespace":"user/alice","key":"k","schema":"s","document":{"a":{"a":{"a":[[[[{}]]]]}}}}`,
+	`{"request_id":1.0,"namespace":"user/alice","key":"k","schema":"s","document":{}}`,
+	`{"request_id":1e0,"namespace":"user/alice","key":"k","schema":"s","document":{}}`,
+	`{"namespace":"user/alice","key":"k","schema":"s","document":{},"ttl_ms":86400001}`,
+	`{"namespace":"user/alice","key":"k","schema":"s","document":{"a":"\ud800"}}`,
 	`[]`, `null`, `"x"`, `1`, ``, `{`, `{}`,
 }
 
@@ -190,7 +203,9 @@ func FuzzDecodePut(f *testing.F) {
 			t.Fatalf("compact document %q is not an object", doc)
 		}
 		var obj map[string]any
-		if err := json.Unmarshal(doc, &obj); err != nil || obj == nil {
+		dec := json.NewDecoder(bytes.NewReader(doc))
+		dec.UseNumber() // a number beyond float64 (1e1000000) is still JSON
+		if err := dec.Decode(&obj); err != nil || obj == nil {
 			t.Fatalf("compact document %q does not decode to an object: %v", doc, err)
 		}
 		again, err := wire.CompactDocument(doc)
@@ -235,6 +250,11 @@ var requestSeeds = []struct {
 	{1, `{"request_id":3,"namespace":"user/alice","key":"k","expected_revision":1,"guard":{"key":"g","revision":2}}`},
 	{1, `{"namespace":"user/alice","key":"k","expected_revision":0}`},
 	{1, `{"namespace":"user/alice","key":"k","guard":{"key":"k","revision":1}}`},
+	{1, `{"namespace":"user/alice","key":"k","guard":{"key":"g","key":"h","revision":1}}`},
+	{1, `{"namespace":"user/alice","key":"k","guard":{"Key":"g","revision":1}}`},
+	{1, `{"namespace":"user/alice","key":"k","guard":{"key":"g","revision":1,"revision":2}}`},
+	{2, `{"namespace":"user/alice","key_prefix":"a/.","after_key":"a/.b"}`},
+	{3, `{"watch_id":"` + strings.Repeat("w", 65) + `","namespace":"service/x"}`},
 	{2, `{"namespace":"user/alice","key_prefix":"a/","after_key":"a/b","limit":256}`},
 	{2, `{"namespace":"user/alice","key_prefix":"a/./b","limit":257}`},
 	{2, `{"namespace":"user/alice","limit":-1}`},

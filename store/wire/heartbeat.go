@@ -1,5 +1,7 @@
 package wire
 
+import "encoding/json"
+
 // Worker statuses of SPEC section 11.
 const (
 	StatusStarting = "starting"
@@ -71,6 +73,23 @@ type WorkerStatus struct {
 	IntervalMs  int64    `json:"interval_ms"`
 	Leases      []string `json:"leases"`
 	FirstSeenMs int64    `json:"first_seen_ms"`
+}
+
+// UnmarshalJSON decodes a worker status as json.Unmarshal does, but reads its integers as the store's
+// schema reads them (see Integer).
+func (w *WorkerStatus) UnmarshalJSON(b []byte) error {
+	type plain WorkerStatus // without this method
+	var aux struct {
+		*plain
+		IntervalMs  json.RawMessage `json:"interval_ms"`
+		FirstSeenMs json.RawMessage `json:"first_seen_ms"`
+	}
+	aux.plain = (*plain)(w)
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	return setIntegers("WorkerStatus", []integerField{{"interval_ms", aux.IntervalMs, &w.IntervalMs},
+		{"first_seen_ms", aux.FirstSeenMs, &w.FirstSeenMs}})
 }
 
 // WorkerKey is the system key of a worker's status entry.

@@ -54,6 +54,30 @@ type Guard struct {
 	Revision int64  `json:"revision"`
 }
 
+// UnmarshalJSON reads a guard as Decode reads the request around it: an object whose names are
+// exactly key and revision, each at most once (encoding/json would match `KEY` or `Revision`, and let
+// a repeated name override the first, so the write would be fenced on a key the caller did not mean),
+// with nothing after it. Decode's strictness ends at the top level otherwise; the guard is the one
+// object nested in a request.
+func (g *Guard) UnmarshalJSON(data []byte) error {
+	if string(bytes.Trim(data, " \t\r\n")) == "null" {
+		return nil // as encoding/json treats null: nothing to set
+	}
+	trimmed, err := requestObject(data, g)
+	if err == nil {
+		type plain Guard // without this method
+		err = strictJSON(trimmed, (*plain)(g))
+	}
+	var we *Error
+	if errors.As(err, &we) {
+		return errors.New("guard: " + strings.TrimPrefix(we.Message, "malformed request: "))
+	}
+	if err != nil {
+		return fmt.Errorf("guard: %w", err)
+	}
+	return nil
+}
+
 // GetRequest reads one entry.
 type GetRequest struct {
 	RequestID int64  `json:"request_id"`
@@ -398,8 +422,9 @@ func skipValue(b []byte, pos int) (int, error) {
 }
 
 // RequestIDOf extracts request_id from a request that may be invalid, for the error reply; 0 when the
-// body is not a JSON object, has no request_id spelled exactly so (names are case-sensitive, as Decode
-// reads them) or has it twice, or the id is not an integer from 0 to 2^53-1.
+// body is not a JSON object, has no request_id spelled exactly so (names are case-sensitive and
+// unescaped, as Decode reads them: `request\u005fid` is an unknown field) or has it twice, or the id is
+// not an integer from 0 to 2^53-1.
 func RequestIDOf(data []byte) int64 {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
@@ -408,10 +433,16 @@ func RequestIDOf(data []byte) int64 {
 	var id int64
 	found := false
 	for dec.More() {
+		start := dec.InputOffset()
 		t, err := dec.Token()
 		name, ok := t.(string)
 		if err != nil || !ok {
 			return 0
+		}
+		// The bytes read for the name are a separator, spaces and the quoted name: a backslash among
+		// them is an escape in the name.
+		if bytes.IndexByte(data[start:dec.InputOffset()], '\\') >= 0 {
+			name = ""
 		}
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
