@@ -35,11 +35,14 @@ func TestClaimHeldAndRenewals(t *testing.T) {
 	defer func() { _ = cache.Close() }()
 
 	renewals, onRenewed := notifier[uint64]()
-	o := opts(key, "transcoder-a-1", time.Second)
+	// Renewals come quickly, but each has most of a long TTL to commit: with a 1 s TTL a renewal had
+	// only half a second, which a loaded machine sometimes missed, losing the lease mid-test.
+	o := opts(key, "transcoder-a-1", 20*time.Second)
+	o.RenewEvery = 300 * time.Millisecond
 	o.Purpose = "front door 720p publication"
 	l := claim(t, newClient(t, env), lease.WithHooks(o, lease.TestHooks{Renewed: onRenewed}))
 	claimed := recv(t, puts, "the claim's PUT")
-	if claimed.Revision == 0 || claimed.TTLMs != 1000 || claimed.Schema != "keeppeek.lease.v1" || claimed.Owner != "coordinator" {
+	if claimed.Revision == 0 || claimed.TTLMs != 20000 || claimed.Schema != "keeppeek.lease.v1" || claimed.Owner != "coordinator" {
 		t.Fatalf("claimed entry %+v", claimed)
 	}
 	d := decodeLease(t, claimed)
@@ -69,7 +72,7 @@ func TestClaimHeldAndRenewals(t *testing.T) {
 		}
 		r := decodeLease(t, e)
 		if e.Revision <= prev.Revision || r.Holder != d.Holder || r.ClaimedAtMs != d.ClaimedAtMs ||
-			r.RenewedAtMs < r.ClaimedAtMs || r.Purpose != o.Purpose || e.TTLMs != 1000 {
+			r.RenewedAtMs < r.ClaimedAtMs || r.Purpose != o.Purpose || e.TTLMs != 20000 {
 			t.Fatalf("renewal %d: %+v %+v after revision %d", i, e, r, prev.Revision)
 		}
 		if got := l.Revision(); got < rev {
@@ -149,7 +152,11 @@ func TestGuardedWriteRetriesAfterRenewal(t *testing.T) {
 	block := make(chan struct{})
 	unblock := sync.OnceFunc(func() { close(block) })
 	var once sync.Once
-	o := lease.WithHooks(opts(key, "transcoder-a-1", 4*time.Second), lease.TestHooks{
+	// A long TTL: the held renewal must not run the lease out while the test steps through it (with
+	// 4 s, a loaded machine had under 2 s to do so); the first renewal still comes soon.
+	lo := opts(key, "transcoder-a-1", 30*time.Second)
+	lo.RenewEvery = 300 * time.Millisecond
+	o := lease.WithHooks(lo, lease.TestHooks{
 		// Hold the first renewal after the store committed it, before the lease learns of it.
 		RenewReply: func() { once.Do(func() { onReply(struct{}{}); <-block }) },
 		GuardWait:  func() { onWait(struct{}{}) },
@@ -202,8 +209,11 @@ func TestRenewalWithoutReply(t *testing.T) {
 	}
 	defer func() { _ = cache.Close() }()
 	renewals, onRenewed := notifier[uint64]()
-	l := claim(t, newClient(t, env), lease.WithHooks(opts(key, "transcoder-a-1", 2*time.Second),
-		lease.TestHooks{Renewed: onRenewed}))
+	// Renewals every 500 ms, each with most of a 20 s TTL to commit: the lease must stay held through
+	// the unanswered one however slow the machine.
+	lo := opts(key, "transcoder-a-1", 20*time.Second)
+	lo.RenewEvery = 500 * time.Millisecond
+	l := claim(t, newClient(t, env), lease.WithHooks(lo, lease.TestHooks{Renewed: onRenewed}))
 	lease.DropRenewalReplies(l, 1)
 	claimed := recv(t, puts, "the claim's PUT")
 	unanswered := recv(t, puts, "the renewal without a reply")
@@ -228,8 +238,10 @@ func TestLostByTiming(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{})
 	admin := newClient(t, env)
 	ctx := ctxT(t)
-	o := opts(key, "transcoder-a-1", 2*time.Second)
-	o.RenewEvery = 500 * time.Millisecond // margin 250 ms
+	// The margin is the window in which the test must read the entry after Lost: 1 s, not the 250 ms
+	// of a 2 s TTL, which a loaded machine sometimes overran (the entry had expired by the get).
+	o := opts(key, "transcoder-a-1", 4*time.Second)
+	o.RenewEvery = 2 * time.Second // margin 1 s
 	l := claim(t, newClient(t, env), o)
 	lease.PauseRenewals(l)
 	closed(t, l.Lost(), "Lost once renewals stopped")

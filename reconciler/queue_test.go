@@ -259,8 +259,9 @@ func TestQueueRateLimitGrowsAndResets(t *testing.T) {
 }
 
 func TestQueueAddAfter(t *testing.T) {
+	// Not started yet: scheduled adds wait for the delay loop, so a "soon" that comes due while this
+	// goroutine is descheduled cannot race the count.
 	q := newQueue(time.Millisecond, time.Second)
-	q.start()
 	defer q.shutdown()
 
 	const delay = 50 * time.Millisecond
@@ -271,6 +272,7 @@ func TestQueueAddAfter(t *testing.T) {
 	if n := q.len(); n != 1 {
 		t.Fatalf("len = %d right after the adds, want 1 (only the undelayed one)", n)
 	}
+	q.start()
 	var got []string
 	for range 3 {
 		k := getWithin(t, q)
@@ -302,16 +304,64 @@ func TestQueueAddAfter(t *testing.T) {
 		t.Fatalf("handed out %v, want x and y (earliest deadlines)", got)
 	}
 
-	// A delayed add of a key already queued dedups with it.
-	q.add("z")
-	q.addAfter("z", time.Millisecond)
-	k := getWithin(t, q)
-	q.done(k)
-	k2 := getWithin(t, q) // the delayed add, once z is no longer queued or processing
-	q.done(k2)
-	if k != "z" || k2 != "z" {
-		t.Fatalf("got %q then %q, want z twice", k, k2)
+}
+
+// awaitScheduled waits until the delay loop has moved every scheduled add of q into the queue.
+func awaitScheduled(t *testing.T, q *queue) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		q.mu.Lock()
+		n := len(q.waitingBy)
+		q.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d scheduled adds still waiting after %v", n, testTimeout)
+		}
+		time.Sleep(time.Millisecond) // the delay loop signals nothing: poll, bounded
 	}
+}
+
+// A delayed add that comes due while its key is still queued dedups with it; one that comes due while
+// the key is processing has it reconciled once more, after done. Each case controls when the add
+// comes due (the delay loop starts only then), so neither depends on how fast a get is scheduled.
+func TestQueueAddAfterOfAQueuedOrProcessingKey(t *testing.T) {
+	t.Run("queued", func(t *testing.T) {
+		q := newQueue(time.Millisecond, time.Second)
+		defer q.shutdown()
+		q.add("z")
+		q.addAfter("z", time.Millisecond)
+		q.start()
+		awaitScheduled(t, q)
+		if n := q.len(); n != 1 {
+			t.Fatalf("len = %d after the delayed add of a queued key came due, want 1", n)
+		}
+		k := getWithin(t, q)
+		q.done(k)
+		if n := q.len(); k != "z" || n != 0 {
+			t.Fatalf("got %q, then len %d; want z once", k, n)
+		}
+	})
+	t.Run("processing", func(t *testing.T) {
+		q := newQueue(time.Millisecond, time.Second)
+		defer q.shutdown()
+		q.add("z")
+		q.addAfter("z", time.Millisecond)
+		k := getWithin(t, q) // z is processing when its delayed add comes due
+		q.start()
+		awaitScheduled(t, q)
+		if n := q.len(); n != 0 {
+			t.Fatalf("len = %d: a key was handed out again while processing", n)
+		}
+		q.done(k)
+		k2 := getWithin(t, q)
+		q.done(k2)
+		if k != "z" || k2 != "z" {
+			t.Fatalf("got %q then %q, want z twice", k, k2)
+		}
+	})
 }
 
 func TestQueueShutdown(t *testing.T) {

@@ -19,7 +19,7 @@ func TestMain(m *testing.M) {
 }
 
 // testTimeout bounds every wait in the tests.
-const testTimeout = 10 * time.Second
+const testTimeout = 30 * time.Second
 
 // Principals of the test environment.
 var (
