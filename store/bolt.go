@@ -15,7 +15,6 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/keeppeek/coordination/store/schema"
 	"github.com/keeppeek/coordination/store/wire"
@@ -121,12 +120,13 @@ func openBolt(path string, timeout time.Duration, retention int) (*boltBackend, 
 	return nil, fmt.Errorf("the database file was replaced %d times while it was being opened", attempts)
 }
 
-// lockWait is how long a wait for a lock may take until deadline; ErrTimeout once it has passed.
-func lockWait(deadline time.Time) (time.Duration, error) {
-	if d := time.Until(deadline); d > 0 {
-		return d, nil
-	}
-	return 0, bolterrors.ErrTimeout
+// lockWait is how long a wait for a lock may take until deadline. Once it has passed, the lock is
+// still tried once (the smallest positive timeout: bbolt and lockShared try before they give up, and a
+// zero timeout would make bbolt wait forever): OpenTimeout bounds the waits for a lock held by
+// another, not the time spent creating or checking the database, so a slow disk alone never makes a
+// free database open unavailable.
+func lockWait(deadline time.Time) time.Duration {
+	return max(time.Until(deadline), time.Nanosecond)
 }
 
 // openBoltOnce opens the database at path, waiting for locks until deadline; same reports whether
@@ -138,10 +138,7 @@ func openBoltOnce(path string, deadline time.Time, retention int) (b *boltBacken
 			b, same, err = nil, false, fmt.Errorf("database is corrupt: %v", r)
 		}
 	}()
-	timeout, err := lockWait(deadline)
-	if err != nil {
-		return nil, false, err
-	}
+	timeout := lockWait(deadline)
 	fi, err := os.Stat(path)
 	switch {
 	case err == nil && fi.Size() == 0:
@@ -160,10 +157,7 @@ func openBoltOnce(path string, deadline time.Time, retention int) (b *boltBacken
 			return nil, false, err
 		}
 	}
-	if timeout, err = lockWait(deadline); err != nil {
-		return nil, false, err
-	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, FreelistType: bolt.FreelistMapType, NoFreelistSync: true})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait(deadline), FreelistType: bolt.FreelistMapType, NoFreelistSync: true})
 	if err != nil {
 		return nil, false, err
 	}

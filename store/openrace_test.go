@@ -58,6 +58,27 @@ func TestFirstOpenRaceServesOneFile(t *testing.T) {
 	}
 }
 
+// OpenTimeout bounds the wait for the file lock, not the work around it: a new database whose lock
+// is free opens and serves however long its creation took (a slow disk, a loaded machine), even past
+// the timeout. It used to time out there, and TestFirstOpenRaceServesOneFile, with 50 ms, then found
+// neither racing store serving.
+func TestOpenTimeoutBoundsOnlyTheLockWait(t *testing.T) {
+	opts := DefaultOptions()
+	opts.OpenTimeout = time.Nanosecond // creating or checking the database alone takes longer
+	existing := filepath.Join(t.TempDir(), "state-store.db")
+	openAt(t, existing, DefaultOptions()).Close()
+	for name, path := range map[string]string{"new": filepath.Join(t.TempDir(), "state-store.db"), "existing": existing} {
+		s, err := Open(path, opts)
+		if err != nil {
+			t.Fatalf("%s database: Open: %v", name, err)
+		}
+		if err := s.Unavailable(); err != nil {
+			t.Errorf("%s database with a free lock: unavailable: %v", name, err)
+		}
+		s.Close()
+	}
+}
+
 // descriptors counts this process's open descriptors of the file at path (Linux: /proc/self/fd).
 func descriptors(t *testing.T, path string) int {
 	t.Helper()
