@@ -6,6 +6,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -96,6 +97,7 @@ type Stated struct {
 	done   chan struct{}
 	exit   error
 	logBuf *strings.Builder
+	served bool // it was healthy once: its ports are known to clients and must not change
 }
 
 // Principal is one [[principals]] entry.
@@ -169,8 +171,57 @@ func (s *Stated) HTTP() string { return fmt.Sprintf("http://127.0.0.1:%d", s.HTT
 func (s *Stated) DatabasePath() string { return filepath.Join(s.Dir, "data", "state-store.db") }
 
 // Start runs stated and waits until its /healthz answers.
+//
+// The ports FreePort chose were free a moment before stated binds them, and another process (a
+// test package running beside this one) can take one meanwhile. A first start that fails on a port
+// in use therefore takes new free ports, rewrites them into the configuration file, and starts
+// again, a few times at most. A restart keeps its ports: its clients reconnect to them.
 func (s *Stated) Start() {
 	s.t.Helper()
+	for attempt := 1; ; attempt++ {
+		err := s.start()
+		if err == nil {
+			s.mu.Lock()
+			s.served = true
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Lock()
+		served := s.served
+		s.mu.Unlock()
+		if served || attempt == 3 || !errors.Is(err, errExited) || !strings.Contains(s.Logs(), "address already in use") {
+			s.t.Fatalf("e2e: %v\n%s", err, s.Logs())
+		}
+		s.t.Logf("e2e: a port of stated was taken before it could bind it; new ports\n%s", s.Logs())
+		s.newPorts()
+	}
+}
+
+// newPorts replaces the NATS and HTTP ports in the configuration file with new free ones.
+func (s *Stated) newPorts() {
+	s.t.Helper()
+	raw, err := os.ReadFile(s.ConfigPath)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	natsPort, httpPort := FreePort(s.t), FreePort(s.t)
+	conf := string(raw)
+	if s.natsURL == "" {
+		conf = strings.Replace(conf, fmt.Sprintf("listen = \"127.0.0.1:%d\"", s.NATSPort), fmt.Sprintf("listen = \"127.0.0.1:%d\"", natsPort), 1)
+		s.NATSPort = natsPort
+	}
+	conf = strings.Replace(conf, fmt.Sprintf("http_listen = \"127.0.0.1:%d\"", s.HTTPPort), fmt.Sprintf("http_listen = \"127.0.0.1:%d\"", httpPort), 1)
+	s.HTTPPort = httpPort
+	if err := os.WriteFile(s.ConfigPath, []byte(conf), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// errExited is start's error when stated exited before it was healthy.
+var errExited = errors.New("stated exited at start")
+
+// start runs stated once and waits until its /healthz answers; an error says why it did not.
+func (s *Stated) start() error {
 	s.mu.Lock()
 	s.logBuf = &strings.Builder{}
 	cmd := exec.Command(s.bin, "--config", s.ConfigPath)
@@ -178,7 +229,7 @@ func (s *Stated) Start() {
 	cmd.Stdout = io.Discard
 	if err := cmd.Start(); err != nil {
 		s.mu.Unlock()
-		s.t.Fatalf("e2e: start stated: %v", err)
+		return fmt.Errorf("start stated: %w", err)
 	}
 	s.cmd, s.done = cmd, make(chan struct{})
 	logs := s.logBuf
@@ -202,21 +253,25 @@ func (s *Stated) Start() {
 		close(s.done)
 	}()
 	deadline := time.Now().Add(15 * time.Second)
+	// A port another process holds may accept the connection and never answer.
+	client := &http.Client{Timeout: time.Second}
 	for {
-		resp, err := http.Get(s.HTTP() + "/healthz")
+		resp, err := client.Get(s.HTTP() + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return
+				return nil
 			}
 		}
 		select {
 		case <-s.done:
-			s.t.Fatalf("e2e: stated exited at start: %v\n%s", s.exit, s.Logs())
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return fmt.Errorf("%w: %v", errExited, s.exit)
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("e2e: stated not healthy within 15 s\n%s", s.Logs())
+			return errors.New("stated not healthy within 15 s")
 		}
 	}
 }

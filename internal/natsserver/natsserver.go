@@ -53,14 +53,27 @@ func Start(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsserver: %w", err)
 	}
+	// nats-server reports a port it cannot listen on only to its logger, and then never becomes
+	// ready: catch that report, so a taken port fails at once and says why.
+	fatal := make(chan string, 1)
+	ns.SetLogger(fatalLogger(fatal), false, false)
 	go ns.Start()
 	timeout := o.ReadyTimeout
 	if timeout == 0 {
 		timeout = 10 * time.Second
 	}
-	if !ns.ReadyForConnections(timeout) {
-		ns.Shutdown()
-		return nil, errors.New("natsserver: not ready for connections (is the port in use?)")
+	deadline := time.Now().Add(timeout)
+	for !ns.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case msg := <-fatal:
+			ns.Shutdown()
+			return nil, fmt.Errorf("natsserver: %s", msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			ns.Shutdown()
+			return nil, fmt.Errorf("natsserver: not ready for connections within %s", timeout)
+		}
 	}
 	// Keep the port a RANDOM_PORT start picked: a reload must not ask for another.
 	if addr, ok := ns.Addr().(*net.TCPAddr); ok {
@@ -68,6 +81,22 @@ func Start(o Options) (*Server, error) {
 	}
 	return &Server{Server: ns, opts: opts}, nil
 }
+
+// fatalLogger is the embedded server's logger: it keeps the first fatal report, which nats-server
+// makes instead of exiting when a logger is set, and drops everything else, as NoLog would.
+type fatalLogger chan string
+
+func (l fatalLogger) Fatalf(format string, v ...any) {
+	select {
+	case l <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+func (fatalLogger) Noticef(string, ...any) {}
+func (fatalLogger) Warnf(string, ...any)   {}
+func (fatalLogger) Errorf(string, ...any)  {}
+func (fatalLogger) Debugf(string, ...any)  {}
+func (fatalLogger) Tracef(string, ...any)  {}
 
 func serverOptions(o Options) (*server.Options, error) {
 	listen := o.Listen

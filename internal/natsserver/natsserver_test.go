@@ -1,6 +1,8 @@
 package natsserver
 
 import (
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,5 +63,23 @@ func TestNoSystemAccount(t *testing.T) {
 	s := startT(t)
 	if acc := s.SystemAccount(); acc != nil {
 		t.Fatalf("system account %s is running", acc.Name)
+	}
+}
+
+// A port another process holds fails the start with nats-server's own reason, at once rather than
+// after the ready timeout.
+func TestTakenPortFailsWithTheReason(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	s, err := Start(Options{Listen: ln.Addr().String(), ReadyTimeout: time.Hour})
+	if err == nil {
+		s.Shutdown()
+		t.Fatal("started on a port another listener holds")
+	}
+	if !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("error %q does not say the address is in use", err)
 	}
 }

@@ -238,7 +238,10 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		// holder's. The loss re-enqueues the intent, which lets the job go.
 		return reconciler.Result{}, nil
 	}
-	rep, err := c.cmds.Subscribe(ctx, capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID})
+	// Not abandoned when a stop or the lease's loss cancels ctx: the media server would still make the
+	// subscription, and nobody would know to end it. The command's own timeout bounds the wait; a
+	// lease lost meanwhile re-enqueues the intent, whose next reconcile ends the job.
+	rep, err := c.cmds.Subscribe(context.WithoutCancel(ctx), capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID})
 	if errors.Is(err, capabilities.ErrVariantNotReady) || errors.Is(err, capabilities.ErrSourceUnavailable) {
 		c.tracker.Refresh() // the snapshot said otherwise: it may be behind (an announcement lost)
 	}

@@ -253,6 +253,29 @@ func TestCVNoSubscribeAfterTheLeaseIsLost(t *testing.T) {
 	}
 }
 
+// A graceful stop that comes while the subscribe is on its way to a slow media server ends the
+// subscription that subscribe makes: the worker waits for the answer instead of abandoning a
+// subscription it would never know of.
+func TestCVStopDuringASubscribeEndsIt(t *testing.T) {
+	f := setup(t)
+	f.publish(t)
+	w, err := cv.New(cv.Config{Conn: f.Connect(t, "cv"), Principal: "cv", WorkerID: "cv-1", LeaseTTL: 3 * time.Second,
+		EventEvery: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := simtest.Run(t, w.Run)
+	f.Sim.SetCommandDelay(2 * time.Second)
+	f.modelIntent(t, "person-detector")
+	waitFor(t, 10*time.Second, "the subscribe under way", func() bool { return f.Sim.Pending() > 0 })
+	stop()
+	f.Sim.SetCommandDelay(0)
+	waitFor(t, 10*time.Second, "every command answered", func() bool { return f.Sim.Pending() == 0 })
+	if subs := cvSubs(f.Sim); len(subs) != 0 {
+		t.Fatalf("subscriptions left after the worker stopped: %+v", subs)
+	}
+}
+
 // A standby worker takes the job over as soon as the holder lets its lease go (a graceful stop
 // deletes it): it watches the lease, as the lease standby of the issue does, instead of polling once
 // per TTL. The TTL here is far longer than the wait, so only the watch can be in time.
@@ -266,12 +289,7 @@ func TestCVStandbyTakesOverWhenTheLeaseGoes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = w.Run(ctx) }()
-		stop := func() { cancel(); <-done }
-		t.Cleanup(stop)
-		stops[id] = stop
+		stops[id] = simtest.Run(t, w.Run)
 	}
 	f.modelIntent(t, "person-detector")
 	waitFor(t, 10*time.Second, "one worker subscribed", func() bool { return len(cvSubs(f.Sim)) == 1 })

@@ -50,12 +50,22 @@ func Start(t *testing.T, sources []sim.SourceConfig, admins ...string) *Env {
 	return &Env{Env: env, Sim: s, Admin: admin, Coord: co}
 }
 
-// Run runs a worker's Run until the test's cleanup.
-func Run(t *testing.T, run func(context.Context) error) {
+// Run runs a worker's Run until the test's cleanup, or until the stop it returns: a graceful stop
+// that waits (20 s at most) for Run to return.
+func Run(t *testing.T, run func(context.Context) error) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	stop = func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the worker did not stop within 20 s")
+		}
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // WaitFor polls cond (the simulator's state has no events to await) until it holds, for at most d.

@@ -319,7 +319,9 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 			return reconciler.Result{RequeueAfter: 100 * time.Millisecond}, nil
 		}
 		gen := caps.Generation
-		rep, err := t.cmds.StartPublication(ctx, capabilities.StartPublicationRequest{SessionID: src.SessionID, StreamID: stream.StreamID,
+		// Not abandoned when a stop cancels ctx: the media server would still make the publication,
+		// and nobody would know to stop it. The command's own timeout bounds the wait.
+		rep, err := t.cmds.StartPublication(context.WithoutCancel(ctx), capabilities.StartPublicationRequest{SessionID: src.SessionID, StreamID: stream.StreamID,
 			VariantID: in.VariantID, OutputProfile: in.OutputProfile, RecordingMode: in.RecordingMode})
 		switch {
 		case errors.Is(err, capabilities.ErrSourceUnavailable):

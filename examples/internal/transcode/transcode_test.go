@@ -195,6 +195,30 @@ func TestNoStartAfterTheLeaseIsLost(t *testing.T) {
 	}
 }
 
+// A graceful stop that comes while the start_publication is on its way to a slow media server stops
+// the publication that start makes: the transcoder waits for the answer instead of abandoning a
+// publication it would never know of, which would hold the variant for good.
+func TestStopDuringAStartStopsThePublication(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	tr, err := transcode.New(transcode.Config{Conn: f.Connect(t, svc), Principal: svc, WorkerID: "tx-1", Service: svc,
+		LeaseTTL: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := simtest.Run(t, tr.Run)
+	f.Sim.SetCommandDelay(2 * time.Second)
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the start under way", func() bool { return f.Sim.Pending() > 0 })
+	stop()
+	f.Sim.SetCommandDelay(0)
+	waitFor(t, 10*time.Second, "every command answered", func() bool { return f.Sim.Pending() == 0 })
+	if pubs := f.Sim.Publications(); len(pubs) != 0 {
+		t.Fatalf("publications left after the transcoder stopped: %+v", pubs)
+	}
+}
+
 // The intent is deleted while its start_publication is under way (a slow media server): the
 // publication that start creates is stopped, the lease released, and the status says stopped.
 func TestIntentDeletedWhileThePublicationStarts(t *testing.T) {

@@ -135,7 +135,14 @@ func (v *Viewer) Subscription(intentKey string) (string, bool) {
 }
 
 // Reconcile subscribes to the intent's variant once it is READY on the source's current session.
+//
+// Its commands and status writes are not abandoned when a stop cancels ctx: the media server or the
+// store carries out a request whose answer the viewer stopped waiting for, and the viewer would not
+// know of it: a subscription the ender cannot end, left on the media server; an "active" status
+// committed after the ender's "stopped". Each waits for its answer instead, bounded by its client's
+// request timeout, and the stop waits for this Reconcile.
 func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconciler.Result, error) {
+	ctx = context.WithoutCancel(ctx)
 	e, ok := v.ctrl.Cache().Get(req.Key)
 	var in reconciler.MediaIntent
 	var err error

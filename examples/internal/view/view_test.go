@@ -1,7 +1,6 @@
 package view_test
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
 	"testing"
@@ -57,19 +56,7 @@ func (f *fixture) viewer(t *testing.T) (v *view.Viewer, stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = v.Run(ctx) }()
-	stop = func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Fatal("the viewer did not stop")
-		}
-	}
-	t.Cleanup(stop)
-	return v, stop
+	return v, simtest.Run(t, v.Run)
 }
 
 func (f *fixture) viewerSubs() []sim.SubscriptionInfo {
@@ -106,6 +93,29 @@ func TestViewerStopEndsItsSubscriptions(t *testing.T) {
 	}
 	simtest.WaitFor(t, 10*time.Second, "subscribed", func() bool { return len(f.viewerSubs()) == 1 })
 	stop()
+	if subs := f.viewerSubs(); len(subs) != 0 {
+		t.Fatalf("subscriptions left after the viewer stopped: %+v", subs)
+	}
+	if st := f.status(t, key); st.State == reconciler.StateActive {
+		t.Fatalf("status after the viewer stopped: %+v", st)
+	}
+}
+
+// A stop that comes while the subscribe is on its way to a slow media server still ends the
+// subscription the media server makes: the viewer waits for the answer instead of abandoning a
+// subscription it would never know of.
+func TestViewerStopDuringASubscribeEndsIt(t *testing.T) {
+	f := setup(t)
+	v, stop := f.viewer(t)
+	f.Sim.SetCommandDelay(2 * time.Second)
+	key, err := v.Want(t.Context(), src, "video", variant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.WaitFor(t, 10*time.Second, "the subscribe under way", func() bool { return f.Sim.Pending() > 0 })
+	stop()
+	f.Sim.SetCommandDelay(0)
+	simtest.WaitFor(t, 10*time.Second, "every command answered", func() bool { return f.Sim.Pending() == 0 })
 	if subs := f.viewerSubs(); len(subs) != 0 {
 		t.Fatalf("subscriptions left after the viewer stopped: %+v", subs)
 	}
