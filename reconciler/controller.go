@@ -19,6 +19,7 @@ const (
 	DefaultMaxConcurrent = 1
 	DefaultBaseBackoff   = 50 * time.Millisecond
 	DefaultMaxBackoff    = 30 * time.Second
+	DefaultStopTimeout   = 10 * time.Second
 )
 
 // ErrStopped is returned by Start when the controller was stopped (or Start was called before).
@@ -39,7 +40,8 @@ type Options struct {
 	// BaseBackoff is the wait before the first retry of a key whose Reconcile failed; each further
 	// failure doubles it, up to MaxBackoff, and a success resets it. Default 50 ms.
 	BaseBackoff time.Duration
-	// MaxBackoff caps the retry wait. Default 30 s. It must not be below BaseBackoff.
+	// MaxBackoff caps the retry wait. Default 30 s, or BaseBackoff when that is longer. It must not be
+	// below BaseBackoff.
 	MaxBackoff time.Duration
 	// Triggers re-enqueue every known key whenever one of them receives a value: things a Reconcile
 	// depends on besides its entry, such as the media server's capabilities (pass the channel of
@@ -53,6 +55,12 @@ type Options struct {
 	// WatchID is the id of the cache's watch (the watch_id rule). Default: a random one. A fixed id lets
 	// a restarted process take over the watch its predecessor left behind.
 	WatchID string
+	// StopTimeout bounds how long Stop waits for running Reconciles once it has cancelled their
+	// context, as controller-runtime's manager bounds its graceful shutdown: a Reconcile blocked in a
+	// call that ignores its context must not keep the cache (and its watch) alive for ever. A
+	// Reconcile still running then is abandoned and logged; when it returns, its outcome schedules
+	// nothing. Default DefaultStopTimeout (10 s).
+	StopTimeout time.Duration
 }
 
 // Controller keeps a Cache of the entries under Namespace/KeyPrefix and calls a Reconciler for every
@@ -100,8 +108,11 @@ func New(c *client.Client, r Reconciler, o Options) (*Controller, error) {
 		return nil, fmt.Errorf("reconciler: invalid watch id %q", o.WatchID)
 	case o.MaxConcurrent < 0:
 		return nil, fmt.Errorf("reconciler: negative MaxConcurrent %d", o.MaxConcurrent)
-	case o.BaseBackoff < 0 || o.MaxBackoff < 0 || o.ResyncEvery < 0:
-		return nil, errors.New("reconciler: negative BaseBackoff, MaxBackoff or ResyncEvery")
+	case o.BaseBackoff < 0 || o.MaxBackoff < 0 || o.ResyncEvery < 0 || o.StopTimeout < 0:
+		return nil, errors.New("reconciler: negative BaseBackoff, MaxBackoff, ResyncEvery or StopTimeout")
+	}
+	if o.StopTimeout == 0 {
+		o.StopTimeout = DefaultStopTimeout
 	}
 	if o.MaxConcurrent == 0 {
 		o.MaxConcurrent = DefaultMaxConcurrent
@@ -194,8 +205,10 @@ func (c *Controller) goOwned(f func()) {
 }
 
 // Stop stops the controller cleanly: it cancels the context of running Reconciles, drops the queued
-// keys, waits for the running Reconciles (and the controller's other goroutines) to return, then
-// closes the cache (its entries stay readable). No Reconcile starts after Stop returns, and none
+// keys, waits for the running Reconciles (and the controller's other goroutines) to return, for at
+// most Options.StopTimeout, then closes the cache (its entries stay readable). A Reconcile that
+// ignores its cancelled context past StopTimeout is abandoned (logged with its key): it runs on until
+// it returns, and its outcome schedules nothing. No Reconcile starts after Stop returns, and none
 // whose key a worker takes after Stop began. Later calls wait for the first one and return.
 func (c *Controller) Stop() {
 	c.stop.Do(func() {
@@ -204,7 +217,19 @@ func (c *Controller) Stop() {
 		c.mu.Unlock()
 		c.cancel()
 		c.q.shutdown()
-		c.wg.Wait()
+		waited := make(chan struct{})
+		go func() { // ends when the last Reconcile returns, abandoned or not
+			c.wg.Wait()
+			close(waited)
+		}()
+		t := time.NewTimer(c.o.StopTimeout)
+		select {
+		case <-waited:
+		case <-t.C:
+			c.log.Warn("reconciler: stopping without the Reconciles that ignore their cancelled context",
+				"keys", c.q.inFlight(), "stop_timeout", c.o.StopTimeout)
+		}
+		t.Stop()
 		if k := c.cache.Load(); k != nil {
 			if err := k.Close(); err != nil {
 				c.log.Warn("reconciler: closing the cache", "err", err)

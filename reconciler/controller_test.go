@@ -692,6 +692,7 @@ func TestNewValidatesOptions(t *testing.T) {
 		{"negative concurrency", c, r, Options{Namespace: testNS, MaxConcurrent: -1}, "MaxConcurrent"},
 		{"negative backoff", c, r, Options{Namespace: testNS, BaseBackoff: -1}, "negative"},
 		{"negative resync", c, r, Options{Namespace: testNS, ResyncEvery: -1}, "negative"},
+		{"negative stop timeout", c, r, Options{Namespace: testNS, StopTimeout: -1}, "negative"},
 		{"max below base", c, r, Options{Namespace: testNS, BaseBackoff: time.Second, MaxBackoff: time.Millisecond}, "MaxBackoff"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -716,7 +717,8 @@ func TestNewValidatesOptions(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctrl.Stop()
-		if ctrl.o.MaxConcurrent != 1 || ctrl.o.BaseBackoff != tc.wantBase || ctrl.o.MaxBackoff != tc.wantMax || ctrl.o.Logger == nil {
+		if ctrl.o.MaxConcurrent != 1 || ctrl.o.BaseBackoff != tc.wantBase || ctrl.o.MaxBackoff != tc.wantMax || ctrl.o.Logger == nil ||
+			ctrl.o.StopTimeout != DefaultStopTimeout {
 			t.Fatalf("defaults with BaseBackoff %v: %+v", tc.base, ctrl.o)
 		}
 	}

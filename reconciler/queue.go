@@ -2,6 +2,8 @@ package reconciler
 
 import (
 	"container/heap"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -167,6 +169,13 @@ func (q *queue) numFailures(key string) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.failures[key]
+}
+
+// inFlight returns the keys handed out and not yet done, sorted.
+func (q *queue) inFlight() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Sorted(maps.Keys(q.processing))
 }
 
 // len returns the number of keys ready to be handed out.
