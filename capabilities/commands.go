@@ -200,15 +200,16 @@ func (c *Commands) call(ctx context.Context, cmd Command, body any) (Reply, erro
 	return decodeReply(cmd, msg.Data)
 }
 
-// decodeReply reads a command reply: the envelope of Reply, or, without "ok", a bare error
-// ({code, message}, or {error: {code, message}}) or a bare result. Anything else (not a JSON
-// object, not ok without an error, ok with one) is a protocol error, never a success.
+// decodeReply reads a command reply: the envelope of Reply (its error also flat, {"ok": false,
+// "code": ..., "message": ...}), or, without "ok", a bare error ({code, message}, or {error: {code,
+// message}}) or a bare result. Anything else (not a JSON object, not ok without an error code, ok
+// with an error, a bare error without a code) is a protocol error, never a success.
 func decodeReply(cmd Command, data []byte) (Reply, error) {
 	var r struct {
 		Reply
-		OK      *bool  `json:"ok"`
-		Code    Code   `json:"code"`
-		Message string `json:"message"`
+		OK      *bool            `json:"ok"`
+		Code    *json.RawMessage `json:"code"`
+		Message *json.RawMessage `json:"message"`
 	}
 	if err := json.Unmarshal(data, &r); err != nil {
 		return Reply{}, fmt.Errorf("capabilities: malformed %s reply: %v", cmd, err)
@@ -216,17 +217,29 @@ func decodeReply(cmd Command, data []byte) (Reply, error) {
 	if !isJSONObject(data) {
 		return Reply{}, fmt.Errorf("capabilities: malformed %s reply: not a JSON object (%.64q)", cmd, data)
 	}
-	if r.OK == nil { // no envelope: SPEC section 12's bare reply
-		switch {
-		case r.Error != nil:
-			r.Reply.OK = false
-		case r.Code != "":
-			r.Reply.OK, r.Error = false, &Error{Code: r.Code, Message: r.Message}
-		default:
-			r.Reply.OK = true
+	// A flat error: "code", or a "message" without any result field, beside (or instead of) "ok".
+	// Without a code it says that something failed, not what: a protocol error, never a bare result.
+	var flat *Error
+	result := r.SubscriptionID != "" || r.PublicationID != "" || r.VariantID != ""
+	if r.Code != nil || (r.Message != nil && !result) {
+		var e Error
+		if err := json.Unmarshal(data, &e); err != nil {
+			return Reply{}, fmt.Errorf("capabilities: malformed %s reply: %v", cmd, err)
 		}
-	} else {
+		flat = &e
+	}
+	switch {
+	case r.OK != nil:
 		r.Reply.OK = *r.OK
+		if !r.Reply.OK && r.Error == nil && flat != nil && flat.Code != "" {
+			r.Error = flat
+		}
+	case r.Error != nil: // no envelope: SPEC section 12's bare reply
+		r.Reply.OK = false
+	case flat != nil:
+		r.Reply.OK, r.Error = false, flat
+	default:
+		r.Reply.OK = true
 	}
 	return checkReply(cmd, r.Reply)
 }

@@ -7,10 +7,11 @@
 // It behaves like a real media server where that matters to a worker: sources have a stable source_id
 // and a transient session_id that changes when a source reconnects (SetOnline); a started publication
 // shows as a PENDING variant published by the principal and becomes READY (or FAILED, when injected)
-// after Options.ReadyDelay; a variant another principal publishes is a CONFLICT; a stale session is
-// SOURCE_UNAVAILABLE; a source that goes offline loses its publications and subscriptions.
+// after Options.ReadyDelay, and may fail later, when told to (FailPublication); a variant another
+// principal publishes is a CONFLICT; a stale session is SOURCE_UNAVAILABLE; a source that goes offline
+// loses its publications and subscriptions.
 //
 // Tests inspect it directly: Capabilities, Publications, Subscriptions and Commands (every command
-// received, in order, with its principal, body and outcome), so a test can assert that a command was
-// never sent.
+// received, in order, with its principal, body and outcome, unless Options.KeepCommands bounds the
+// record), so a test can assert that a command was never sent.
 package sim

@@ -42,6 +42,10 @@ type Options struct {
 	// grow (SPEC section 12), across restarts too: a simulator that replaces another must start after
 	// the generations it announced (cmd/mediasim uses the clock). Default 0.
 	After uint64
+	// KeepCommands bounds the record Commands returns to the newest KeepCommands commands. Default 0:
+	// every command, for tests that assert what was (never) sent. A simulator that runs for long (cmd/
+	// mediasim, a demo left running) sets a bound, or its memory grows with every command it serves.
+	KeepCommands int
 }
 
 // SourceConfig describes a simulated source.
@@ -137,6 +141,7 @@ type Sim struct {
 	subs       map[string]*SubscriptionInfo
 	failing    map[VariantRef]bool
 	commands   []CommandRecord
+	keepCmds   int  // Options.KeepCommands
 	quiet      bool // SuppressChanged
 	started    bool
 	stopped    bool
@@ -176,7 +181,7 @@ func New(nc *nats.Conn, opts Options) *Sim {
 	s := &Sim{
 		nc: nc, prefix: opts.Prefix, readyDelay: opts.ReadyDelay, log: opts.Logger, generation: opts.After,
 		pubs: map[string]*publication{}, subs: map[string]*SubscriptionInfo{}, failing: map[VariantRef]bool{},
-		halt: make(chan struct{}),
+		halt: make(chan struct{}), keepCmds: opts.KeepCommands,
 	}
 	if s.prefix == "" {
 		s.prefix = capabilities.DefaultPrefix
@@ -187,31 +192,46 @@ func New(nc *nats.Conn, opts Options) *Sim {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	switch {
-	case nc == nil:
+	if nc == nil {
 		s.optErr = errors.New("sim: nil NATS connection")
-	case !capabilities.ValidPrefix(s.prefix):
-		s.optErr = fmt.Errorf("sim: invalid subject prefix %q", s.prefix)
-	case s.readyDelay < 0:
-		s.optErr = fmt.Errorf("sim: negative ReadyDelay %v", s.readyDelay)
+	}
+	if err := opts.Validate(); err != nil && s.optErr == nil {
+		s.optErr = err
 	}
 	for _, c := range opts.Sources {
-		src, err := newSource(c)
-		if err == nil && s.sourceLocked(c.SourceID) != nil {
-			err = fmt.Errorf("sim: duplicate source %q", c.SourceID)
+		if src, err := newSource(c); err == nil && s.sourceLocked(c.SourceID) == nil {
+			s.sources = append(s.sources, src)
 		}
-		if err != nil {
-			if s.optErr == nil {
-				s.optErr = err
-			}
-			continue
-		}
-		s.sources = append(s.sources, src)
 	}
 	for _, r := range opts.Failing {
 		s.failing[r] = true
 	}
 	return s
+}
+
+// Validate reports the first option that cannot work (Start reports it too): a prefix that is not
+// one, a negative ReadyDelay or KeepCommands, a source or stream id that breaks the identifier rule,
+// or one given twice.
+func (o Options) Validate() error {
+	switch {
+	case o.Prefix != "" && !capabilities.ValidPrefix(o.Prefix):
+		return fmt.Errorf("sim: invalid subject prefix %q", o.Prefix)
+	case o.ReadyDelay < 0:
+		return fmt.Errorf("sim: negative ReadyDelay %v", o.ReadyDelay)
+	case o.KeepCommands < 0:
+		return fmt.Errorf("sim: negative KeepCommands %d", o.KeepCommands)
+	}
+	seen := map[string]bool{}
+	for _, c := range o.Sources {
+		if _, err := newSource(c); err != nil {
+			return err
+		}
+		if seen[c.SourceID] {
+			return fmt.Errorf("sim: duplicate source %q", c.SourceID)
+		}
+		seen[c.SourceID] = true
+	}
+	return nil
 }
 
 func newSource(c SourceConfig) (*source, error) {
@@ -416,11 +436,16 @@ func (s *Sim) Subscriptions() []SubscriptionInfo {
 	return out
 }
 
-// Commands returns every command received so far, in the order the simulator handled them.
+// Commands returns every command received so far (the newest Options.KeepCommands of them when that
+// is set), in the order the simulator handled them.
 func (s *Sim) Commands() []CommandRecord {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.commands)
+	cmds := s.commands
+	if s.keepCmds > 0 && len(cmds) > s.keepCmds {
+		cmds = cmds[len(cmds)-s.keepCmds:]
+	}
+	return slices.Clone(cmds)
 }
 
 // SessionID returns the current session of a source and whether it is online; ok is false for an
@@ -497,6 +522,37 @@ func (s *Sim) SetFailing(ref VariantRef, failing bool) {
 	} else {
 		delete(s.failing, ref)
 	}
+}
+
+// FailPublication makes live publication id fail now, as a real media server's does when its
+// encoder dies after the variant was READY (or before): its variant turns FAILED, still held by its
+// publisher, and the subscriptions to it end; a new generation. The publisher stops it or starts it
+// again (a takeover). SetFailing only decides how a PENDING publication ends; this is the failure a
+// worker that stopped looking once the variant was READY would miss.
+func (s *Sim) FailPublication(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pubs[id]
+	if p == nil {
+		return fmt.Errorf("sim: no publication %q", id)
+	}
+	v := s.sourceLocked(p.SourceID).stream(p.StreamID).variant(p.VariantID)
+	if v == nil || v.pubID != id {
+		return fmt.Errorf("sim: publication %q has no variant", id)
+	}
+	if v.State == capabilities.StateFailed {
+		return nil
+	}
+	s.stopTimerLocked(p)
+	v.State = capabilities.StateFailed
+	for sid, sub := range s.subs {
+		if sub.SourceID == p.SourceID && sub.StreamID == p.StreamID && sub.VariantID == p.VariantID {
+			delete(s.subs, sid)
+		}
+	}
+	s.log.Info("sim: variant FAILED", "source_id", p.SourceID, "stream_id", p.StreamID, "variant_id", p.VariantID, "publication_id", id)
+	s.bumpLocked("variant FAILED")
+	return nil
 }
 
 func (s *Sim) sourceLocked(id string) *source {
@@ -659,7 +715,7 @@ func (s *Sim) handleCommand(m *nats.Msg) {
 	} else {
 		reply = s.executeLocked(principal, cmd, m.Data)
 	}
-	s.commands = append(s.commands, CommandRecord{Principal: principal, Command: cmd, Body: slices.Clone(m.Data), Reply: reply})
+	s.recordLocked(CommandRecord{Principal: principal, Command: cmd, Body: slices.Clone(m.Data), Reply: reply})
 	s.mu.Unlock()
 	attrs := []any{"principal", principal, "command", cmd, "body", string(m.Data)}
 	if reply.OK {
@@ -670,6 +726,15 @@ func (s *Sim) handleCommand(m *nats.Msg) {
 	data, _ := json.Marshal(reply)
 	if err := m.Respond(data); err != nil {
 		s.log.Warn("sim: respond", "command", cmd, "error", err)
+	}
+}
+
+// recordLocked appends r to the commands, keeping the newest keepCmds when that is set (the older
+// ones are copied out at twice the bound, so that trimming costs little and frees their memory).
+func (s *Sim) recordLocked(r CommandRecord) {
+	s.commands = append(s.commands, r)
+	if s.keepCmds > 0 && len(s.commands) >= 2*s.keepCmds {
+		s.commands = slices.Clone(s.commands[len(s.commands)-s.keepCmds:])
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -414,4 +415,74 @@ func TestStartWithoutADeadline(t *testing.T) {
 		t.Fatalf("Start without a deadline: %v", err)
 	}
 	s.Stop()
+}
+
+// A simulator that runs for long keeps only the newest KeepCommands commands: its memory does not grow
+// with every command it serves (cmd/mediasim ran out of it in time), and Commands still lists the
+// newest, in order.
+func TestKeepCommandsBoundsTheRecord(t *testing.T) {
+	s, nc := start(t, sim.Options{Sources: sim.Sources("front-door"), KeepCommands: 3})
+	for i := range 10 {
+		if r, raw := request(t, nc, "kp", "alice", capabilities.CommandStopPublication, fmt.Sprintf(`{"publication_id":"pub-%d"}`, i)); r.OK {
+			t.Fatal(raw)
+		}
+		cmds := s.Commands()
+		if want := min(i+1, 3); len(cmds) != want {
+			t.Fatalf("after %d commands, Commands holds %d, want %d", i+1, len(cmds), want)
+		}
+		if last := string(cmds[len(cmds)-1].Body); last != fmt.Sprintf(`{"publication_id":"pub-%d"}`, i) {
+			t.Fatalf("after %d commands, the newest record is %s", i+1, last)
+		}
+		if first := string(cmds[0].Body); first != fmt.Sprintf(`{"publication_id":"pub-%d"}`, max(i-2, 0)) {
+			t.Fatalf("after %d commands, the oldest record is %s", i+1, first)
+		}
+	}
+	if err := sim.New(nc, sim.Options{KeepCommands: -1}).Start(ctxT(t)); err == nil {
+		t.Error("a negative KeepCommands was accepted")
+	}
+}
+
+// A publication can fail after its variant was READY, as a real media server's does when its encoder
+// dies: the variant turns FAILED (a new generation), its publisher still holds it, and subscriptions
+// to it end. A worker that stops looking once the variant is READY is caught by this.
+func TestFailPublicationAfterReady(t *testing.T) {
+	s, nc := start(t, sim.Options{Sources: sim.Sources("front-door"), ReadyDelay: time.Millisecond})
+	next := changes(t, nc, "kp")
+	session, _, _ := s.SessionID("front-door")
+	r, raw := request(t, nc, "kp", "alice", capabilities.CommandStartPublication,
+		`{"session_id":"`+session+`","stream_id":"video","variant_id":"v","output_profile":"browser-h264-720p","recording_mode":"inherit"}`)
+	if !r.OK {
+		t.Fatal(raw)
+	}
+	next() // PENDING
+	next() // READY
+	if r, raw := request(t, nc, "kp", "bob", capabilities.CommandSubscribe, `{"session_id":"`+session+`","stream_id":"video","variant_id":"v"}`); !r.OK {
+		t.Fatal(raw)
+	}
+	before := s.Generation()
+	if err := s.FailPublication(r.PublicationID); err != nil {
+		t.Fatal(err)
+	}
+	if g := next(); g != before+1 {
+		t.Errorf("the failure announced generation %d, want %d", g, before+1)
+	}
+	if v, ok := s.Capabilities().Variant("front-door", "video", "v"); !ok || v.State != capabilities.StateFailed || v.Publisher != "alice" {
+		t.Errorf("variant after the failure: %+v %v", v, ok)
+	}
+	if subs := s.Subscriptions(); len(subs) != 0 {
+		t.Errorf("subscriptions to a failed variant: %+v", subs)
+	}
+	if r, raw := request(t, nc, "kp", "bob", capabilities.CommandSubscribe, `{"session_id":"`+session+`","stream_id":"video","variant_id":"v"}`); r.OK || r.Error.Code != capabilities.CodeVariantNotReady {
+		t.Errorf("subscribe to the failed variant: %s", raw)
+	}
+	if r, raw := request(t, nc, "kp", "bob", capabilities.CommandStartPublication,
+		`{"session_id":"`+session+`","stream_id":"video","variant_id":"v","output_profile":"p","recording_mode":"inherit"}`); r.OK || r.Error.Code != capabilities.CodePublicationConflict {
+		t.Errorf("another principal's start of the failed variant: %s", raw)
+	}
+	if r, raw := request(t, nc, "kp", "alice", capabilities.CommandStopPublication, `{"publication_id":"`+r.PublicationID+`"}`); !r.OK {
+		t.Errorf("the publisher's stop of its failed publication: %s", raw)
+	}
+	if err := s.FailPublication("pub-none"); err == nil {
+		t.Error("FailPublication of an unknown publication succeeded")
+	}
 }

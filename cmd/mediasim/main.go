@@ -35,6 +35,9 @@ func main() {
 	os.Exit(code)
 }
 
+// keepCommands is how many of the commands served the simulator keeps a record of.
+const keepCommands = 1000
+
 // run parses args, runs the simulator until ctx ends and returns the exit code.
 func run(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mediasim", flag.ContinueOnError)
@@ -63,12 +66,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	// Generations only grow, across restarts too (SPEC section 12): count on from the clock, so a
-	// restarted simulator announces generations above those of the one it replaces.
+	// Generations only grow, across restarts too (SPEC section 12): count on from the clock, in
+	// microseconds, so a restarted simulator announces generations above those of the one it replaces
+	// (which would have needed more than a million changes a second to get ahead; in milliseconds a
+	// busy one did, and trackers ignored its successor). Until the year 2255 that stays below 2^53.
 	if *readyDelay == 0 {
 		*readyDelay = time.Nanosecond // the simulator reads 0 as its default
 	}
-	opts := sim.Options{Prefix: *prefix, ReadyDelay: *readyDelay, Logger: log, After: uint64(time.Now().UnixMilli())}
+	// It runs until stopped: its record of commands (nobody reads it here) keeps only the newest.
+	opts := sim.Options{Prefix: *prefix, ReadyDelay: *readyDelay, Logger: log, After: uint64(time.Now().UnixMicro()),
+		KeepCommands: keepCommands}
 	for id := range strings.SplitSeq(*sources, ",") {
 		if id = strings.TrimSpace(id); id != "" {
 			opts.Sources = append(opts.Sources, sim.SourceConfig{SourceID: id})
@@ -79,11 +86,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			continue
 		}
 		parts := strings.Split(ref, "/")
-		if len(parts) != 3 {
+		if len(parts) != 3 || !capabilities.ValidIdentifier(parts[0]) || !capabilities.ValidIdentifier(parts[1]) || !capabilities.ValidIdentifier(parts[2]) {
 			fmt.Fprintf(stderr, "mediasim: --fail %q: want source/stream/variant\n", ref)
 			return 2
 		}
 		opts.Failing = append(opts.Failing, sim.VariantRef{SourceID: parts[0], StreamID: parts[1], VariantID: parts[2]})
+	}
+	// Bad flags are usage errors, found before connecting (the simulator checks its options at Start).
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintf(stderr, "mediasim: %v\n", err)
+		return 2
 	}
 
 	natsOpts := []nats.Option{nats.Name("keeppeek-mediasim"), nats.MaxReconnects(-1),

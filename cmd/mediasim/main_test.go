@@ -154,3 +154,21 @@ func TestMediasimRestartKeepsGenerationsGrowing(t *testing.T) {
 		}
 	}
 }
+
+// Flags the simulator cannot run with are usage errors (exit 2), found before it connects: they were
+// found only at Start, after connecting, and exited 1 like an unreachable NATS server (or, with no
+// server at all, that is all they said).
+func TestMediasimBadFlagsAreUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--ready-delay", "-1s"},
+		{"--sources", "front door"},
+		{"--sources", "a,a"},
+		{"--prefix", "kp.*"},
+		{"--fail", "a/b c/d"},
+	} {
+		var out syncBuffer
+		if c := run(context.Background(), append(args, "--nats-url", "nats://127.0.0.1:1"), &out); c != 2 {
+			t.Errorf("%q: exit %d, want 2\n%s", args, c, out.String())
+		}
+	}
+}
