@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
@@ -51,6 +52,8 @@ func Campaign(ctx context.Context, c *client.Client, o Options) (*Lease, error) 
 		return nil, fmt.Errorf("lease: watch %s:%s: %w", o.Namespace, o.Key, err)
 	}
 	defer func() { _ = cache.Close() }()
+	stall := watchStall(ctx, cache)
+	defer func() { stall.stop() }() // the one running at return: a recovered cache gets a new one
 	for {
 		// The cache must have seen the entry that refused the claim, or an absent key could be one it
 		// has not caught up with yet.
@@ -74,6 +77,19 @@ func Campaign(ctx context.Context, c *client.Client, o Options) (*Lease, error) 
 					return nil, ctx.Err()
 				case <-cache.Done(): // its connection closed: nothing will change any more
 					return nil, fmt.Errorf("lease: watch %s:%s: %w", o.Namespace, o.Key, client.ErrCacheClosed)
+				case werr := <-stall.ch:
+					// The store refuses to watch again: the cached entry goes stale, and a release or
+					// expiry would never be seen. The key may be free already; if not, say why
+					// Campaign cannot wait for it.
+					if cache.Err() == nil { // it recovered meanwhile
+						stall.stop()
+						stall = watchStall(ctx, cache)
+						break
+					}
+					if l, err := claim(ctx, c, o); !errors.Is(err, ErrHeld) {
+						return l, err
+					}
+					return nil, fmt.Errorf("lease: watch %s:%s: %w", o.Namespace, o.Key, werr)
 				}
 				_, ok = cache.Get(o.Key)
 			}
@@ -85,4 +101,42 @@ func Campaign(ctx context.Context, c *client.Client, o Options) (*Lease, error) 
 			o.onHeld()
 		}
 	}
+}
+
+// stallWatch tells when a Campaign's cache stops following because the store refuses to watch again
+// (Cache.Err): its handlers then fall silent, and nothing else would wake the standby.
+type stallWatch struct {
+	ch     chan error // receives the refusal, once
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// watchStall starts a stallWatch on cache until ctx ends or stop is called.
+func watchStall(ctx context.Context, cache *client.Cache) *stallWatch {
+	wctx, cancel := context.WithCancel(ctx)
+	s := &stallWatch{ch: make(chan error, 1), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for {
+			// No revision reaches MaxUint64: the wait ends only when the cache cannot watch again,
+			// moves to a new epoch (a restore: its snapshot reaches OnResync, so wait on), is closed
+			// (Campaign sees Done), or wctx ends.
+			err := cache.WaitForRevision(wctx, math.MaxUint64)
+			switch {
+			case errors.Is(err, client.ErrEpochChanged):
+				continue
+			case wctx.Err() != nil, errors.Is(err, client.ErrCacheClosed):
+			default:
+				s.ch <- err
+			}
+			return
+		}
+	}()
+	return s
+}
+
+// stop ends the stallWatch and waits for its goroutine.
+func (s *stallWatch) stop() {
+	s.cancel()
+	<-s.done
 }

@@ -481,9 +481,20 @@ func permanent(err error) bool {
 	return false
 }
 
-// adopt records a committed renewal: its revision and the deadline counted from its send time.
-func (l *Lease) adopt(rev uint64, sent time.Time) {
+// adopt records a committed renewal: its revision and the deadline counted from its send time. A
+// revision below the lease's is one it has moved past already (a guarded write and the renewal loop
+// may both resolve the same unanswered renewal): the lease keeps its newer one.
+func (l *Lease) adopt(rev uint64, sent time.Time) { l.adoptIf(rev, sent, false) }
+
+// adoptIf is adopt; with running, only while the lease has not ended: Release, once it ended the
+// lease, resolves unanswered renewals itself, and a resolution adopted behind its back would leave it
+// deleting an old revision with nothing left to tell it the entry moved on.
+func (l *Lease) adoptIf(rev uint64, sent time.Time, running bool) {
 	l.mu.Lock()
+	if rev < l.rev || (running && l.err != nil) {
+		l.mu.Unlock()
+		return
+	}
 	l.rev = rev
 	if v := sent.Add(l.o.TTL - l.o.margin()); v.After(l.validUntil) {
 		l.validUntil = v

@@ -14,8 +14,9 @@ import (
 // key of the written namespace). Everything else of req (ExpectedRevision, TTLMs) is sent as given.
 //
 // A lease that is not Held is refused locally with ErrNotHeld. If the store answers GUARD_FAILED
-// because a renewal moved the revision while the write was in flight (the lease is still held, at a
-// new revision), Put retries once with the new guard. Any other GUARD_FAILED is returned (it matches
+// because a renewal moved the revision while the write was in flight, or a renewal whose reply was
+// lost had moved it (the lease reads its entry to tell), the lease is still held at a new revision,
+// and Put retries once with the new guard. Any other GUARD_FAILED is returned (it matches
 // wire.ErrGuardFailed), and when no renewal of the lease can explain it the lease is lost: Lost is
 // closed.
 func (l *Lease) Put(ctx context.Context, req wire.PutRequest) (wire.Entry, error) {
@@ -124,9 +125,19 @@ func (l *Lease) movedOn(ctx context.Context, g wire.Guard, refusal error) bool {
 		l.mu.Unlock()
 		return retry
 	case len(l.unsure) > 0:
-		// A renewal without a reply may have committed; the next renewal finds out.
+		// A renewal without a reply may have committed: read the entry, as the next renewal would,
+		// and write again with its revision if it is the lease's own. A write refused for it would
+		// tell a holder that keeps its lease that it was fenced off.
 		l.mu.Unlock()
-		return false
+		r, v := l.resolve(ctx)
+		if v != ours {
+			return false // someone else's, or unknown: the next renewal finds out
+		}
+		l.adoptIf(r.rev, r.sent, true)
+		l.mu.Lock()
+		retry := l.heldLocked() && uint64(g.Revision) != l.rev
+		l.mu.Unlock()
+		return retry
 	}
 	err := fmt.Errorf("%w: a write guarded by revision %d was refused: %w", ErrLost, g.Revision, refusal)
 	ended := l.loseLocked(err, true)

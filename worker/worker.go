@@ -33,7 +33,7 @@ type Options struct {
 	// HeartbeatInterval is how often heartbeats go out (100 ms to 60 s). Default 1 s. The server
 	// keeps the worker's entry for three intervals (at least 1 s) after the last one.
 	HeartbeatInterval time.Duration
-	// StopTimeout bounds the graceful stop. Default 10 s.
+	// StopTimeout bounds the graceful stop (positive). Default 10 s.
 	StopTimeout time.Duration
 	// Logger receives the worker's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -97,6 +97,9 @@ func New(o Options) (*Worker, error) {
 	}
 	if o.StopTimeout == 0 {
 		o.StopTimeout = 10 * time.Second
+	}
+	if o.StopTimeout < 0 {
+		return nil, fmt.Errorf("worker: negative StopTimeout %v", o.StopTimeout)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -264,7 +267,9 @@ func (w *Worker) heartbeat() error {
 // takes longer than StopTimeout makes Run return with an error while the components' Stop calls go
 // on (they are made once StopTimeout has passed even if an owned goroutine has not returned); the
 // last heartbeat then still lists the leases they hold, which expire with their TTL if Stop never
-// releases them.
+// releases them. Run does not wait past StopTimeout for that last heartbeat to be flushed, nor at all
+// while NATS is unreachable. A ctx that ends while the components start stops the worker without
+// starting the owned goroutines or announcing "ready".
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if w.running {
@@ -272,6 +277,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return errors.New("worker: already running")
 	}
 	w.running = true
+	w.status = wire.StatusStarting // a run after an earlier one starts over, not "stopping"
 	components := slices.Clone(w.components)
 	goroutines := slices.Clone(w.goroutines)
 	w.mu.Unlock()
@@ -336,17 +342,22 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	errs := make(chan error, len(goroutines))
 	var wg sync.WaitGroup
-	for _, g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := g.fn(runCtx); err != nil && runCtx.Err() == nil {
-				errs <- fmt.Errorf("worker: %s: %w", g.name, err)
-			}
-		}()
+	// A worker told to stop while its components were starting (a Start that returns when its
+	// context ends) was never ready: it starts no goroutines and does not announce "ready" on its way
+	// down.
+	if ctx.Err() == nil {
+		for _, g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := g.fn(runCtx); err != nil && runCtx.Err() == nil {
+					errs <- fmt.Errorf("worker: %s: %w", g.name, err)
+				}
+			}()
+		}
+		w.setStatus(wire.StatusReady)
+		log.Info("worker ready", "principal", w.opts.Principal, "service", w.opts.Service)
 	}
-	w.setStatus(wire.StatusReady)
-	log.Info("worker ready", "principal", w.opts.Principal, "service", w.opts.Service)
 
 	var runErr error
 	select {
@@ -391,7 +402,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	endHeartbeats()
 	w.setStatus(wire.StatusStopping)
 	_ = w.heartbeat()
-	_ = w.opts.Conn.Flush()
+	// Wait for the last heartbeat to leave only within what is left of StopTimeout, and not at all
+	// while NATS is unreachable: nats.go's Flush would wait 10 s for a connection that is
+	// reconnecting. A heartbeat not flushed here still goes out with the connection's buffer.
+	if w.opts.Conn.IsConnected() && stopCtx.Err() == nil {
+		_ = w.opts.Conn.FlushWithContext(stopCtx)
+	}
 	log.Info("worker stopped")
 	return runErr
 }
