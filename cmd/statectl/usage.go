@@ -28,8 +28,9 @@ Global flags, before or after the command; each also from the environment:
 Errors are printed as "statectl: CODE: message", CODE being the SPEC error code when the server
 answered one (STATE_STORE_ERROR_CODE_CONFLICT, ...).
 Exit status: 0 done; 1 the server answered an error, or another failure; 2 bad usage;
-3 no connection (unreachable server, wrong credentials, no reply within --timeout); 130 interrupted
-(Ctrl-C) before the answer came.
+3 no connection (NATS unreachable, wrong credentials, no reply within --timeout; a reachable NATS
+with no stated behind it is STATE_STORE_ERROR_CODE_UNAVAILABLE, status 1); 130 interrupted (Ctrl-C)
+before the answer came.
 
 A key that starts with "-" goes after "--", which ends the flags: statectl get -- user/alice -odd.
 `
