@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,38 +17,47 @@ import (
 // A commit that fails answers STORAGE only to the mutations that passed their checks, or that failed
 // them only against changes of the same batch (which never committed). A mutation that fails its
 // checks against the committed state keeps its own error (SPEC section 5: the first failing check
-// answers), with current_revision.
+// answers), with current_revision. The commit here fails because a settings-backed namespace's file
+// refuses the write: that namespace's mutations fail, and the rest of the batch commits without them.
 func TestFailedCommitKeepsCheckErrors(t *testing.T) {
 	const settingsNS = "user/alice"
 	fs := &failingSettings{SettingsBackend: TOMLSettings(filepath.Join(t.TempDir(), "stated.toml"), settingsNS)}
 	opts := DefaultOptions()
 	opts.Settings = map[string]SettingsBackend{settingsNS: fs}
 	s, _ := openT(t, opts)
-	mustPut(t, s, admin, putLease("service/tx", "k")) // revision 1
+	mustPut(t, s, alice, settingsPref(settingsNS, "k")) // revision 1
 	fs.fail = true
 
-	doc := []byte(`{"holder":"w","claimed_at_ms":1}`)
+	pref, lease := []byte(`{"kind":"ui"}`), []byte(`{"holder":"w","claimed_at_ms":1}`)
 	mk := func(ns, key string, expected *int64) *mutation {
-		return &mutation{kind: mutPut, principal: "coordinator", ns: ns, key: key, schema: "keeppeek.lease.v1",
+		schema, doc := "keeppeek.preference.v1", pref
+		if ns != settingsNS {
+			schema, doc = "keeppeek.lease.v1", lease
+		}
+		return &mutation{kind: mutPut, principal: "alice", ns: ns, key: key, schema: schema,
 			doc: doc, digest: documentDigest(doc), expected: expected, done: make(chan mutResult, 1)}
 	}
 	zero, wrong := int64(0), int64(99)
 	muts := []*mutation{
-		mk(settingsNS, "prefs", nil),      // its settings file refuses the write: the commit fails
-		mk("service/tx", "k", &wrong),     // CONFLICT against the committed state
-		mk("service/tx", "c", &zero),      // passes its checks: STORAGE
-		mk("service/tx", "c", &zero),      // CONFLICT only against the create above, which never committed
-		mk("service/tx", "k", new(int64)), // create-only on an existing key: CONFLICT against the committed state
+		mk(settingsNS, "prefs", nil),    // its settings file refuses the write: the commit fails
+		mk(settingsNS, "k", &wrong),     // CONFLICT against the committed state
+		mk("service/tx", "other", nil),  // another namespace: committed without the settings writes
+		mk(settingsNS, "c", &zero),      // passes its checks: STORAGE
+		mk(settingsNS, "c", &zero),      // CONFLICT only against the create above, which never committed
+		mk(settingsNS, "k", new(int64)), // create-only on an existing key: CONFLICT against the committed state
 	}
 	s.commitMu.Lock()
-	err := s.runBatch(muts)
+	_ = s.runBatch(muts)
 	s.commitMu.Unlock()
-	if err == nil {
-		t.Fatal("the batch committed although its settings file refused the write")
-	}
-	want := []wire.Code{wire.CodeStorage, wire.CodeConflict, wire.CodeStorage, wire.CodeStorage, wire.CodeConflict}
+	want := []wire.Code{wire.CodeStorage, wire.CodeConflict, "", wire.CodeStorage, wire.CodeStorage, wire.CodeConflict}
 	for i, m := range muts {
 		r := <-m.done
+		if want[i] == "" {
+			if r.err != nil || r.entry == nil || r.entry.Revision != 1 {
+				t.Fatalf("mutation %d answered %+v, want it committed at revision 1", i, r)
+			}
+			continue
+		}
 		var we *wire.Error
 		if !errors.As(r.err, &we) || we.Code != want[i] {
 			t.Fatalf("mutation %d answered %v, want %s", i, r.err, want[i])
@@ -56,11 +66,14 @@ func TestFailedCommitKeepsCheckErrors(t *testing.T) {
 			t.Fatalf("mutation %d: CONFLICT without the committed current_revision 1: %+v", i, we)
 		}
 	}
-	if r := nsRevision(t, s, "service/tx"); r != 1 {
+	if r := nsRevision(t, s, settingsNS); r != 1 {
 		t.Fatalf("a failed commit moved the revision to %d", r)
 	}
-	_, err = s.Get(ctxT(t), admin, wire.GetRequest{Namespace: "service/tx", Key: "c"})
+	_, err := s.Get(ctxT(t), admin, wire.GetRequest{Namespace: settingsNS, Key: "c"})
 	wantCode(t, err, wire.CodeNotFound)
+	if _, err := s.Get(ctxT(t), admin, wire.GetRequest{Namespace: "service/tx", Key: "other"}); err != nil {
+		t.Fatalf("the write of another namespace: %v", err)
+	}
 }
 
 // A put whose context has already ended is not queued; one whose answer is there when the context
@@ -127,20 +140,18 @@ func TestWatchAfterReloadUsesTheNewPrincipals(t *testing.T) {
 // A lease that came due in a batch whose commit failed is still due: the next batch expires it (one
 // EXPIRE, revision +1), so a failed commit never loses an expiry.
 func TestDueLeaseSurvivesAFailedCommit(t *testing.T) {
-	const settingsNS = "user/alice"
-	fs := &failingSettings{SettingsBackend: TOMLSettings(filepath.Join(t.TempDir(), "stated.toml"), settingsNS)}
 	opts, clk := withClock(DefaultOptions())
-	opts.Settings = map[string]SettingsBackend{settingsNS: fs}
 	s, _ := openT(t, opts)
 	_, ch := watchT(t, s, admin, "w", "service/tx", "leases/")
 	e := mustPut(t, s, admin, ttlPut("service/tx", "leases/a", 60_000)) // the committer's own timer is a minute away
 	recv(t, ch)
 
+	rb := refuseCommits(s)
 	clk.advance(61 * time.Second) // the lease is due, by the store's clock
-	fs.fail = true
-	_, err := s.Put(ctxT(t), alice, wire.PutRequest{Namespace: settingsNS, Key: "prefs", Schema: "keeppeek.preference.v1", Document: []byte(`{"kind":"ui"}`)})
+	_, err := s.Put(ctxT(t), admin, putLease("service/other", "k"))
 	wantCode(t, err, wire.CodeStorage) // its batch held the due expiry too, and failed
-	fs.fail = false
+	noMessage(t, ch)
+	rb.setFail(false)
 	// The expiry is retried (the committer goroutine is woken for it at once): one EXPIRE, at the
 	// revision after the lease's, whichever batch commits it.
 	if m := recv(t, ch); m.Event == nil || m.Event.Kind != wire.UpdateExpire || m.Event.Revision != e.Revision+1 {
@@ -153,6 +164,40 @@ func TestDueLeaseSurvivesAFailedCommit(t *testing.T) {
 	if r := nsRevision(t, s, "service/tx"); r != e.Revision+1 {
 		t.Fatalf("revision %d after the expiry, want %d", r, e.Revision+1)
 	}
+}
+
+// refusingBackend refuses every commit while fail is set, as bbolt does when a write of the
+// transaction's pages fails (disk full, I/O error): nothing reaches the database.
+type refusingBackend struct {
+	backend
+	mu   sync.Mutex
+	fail bool
+}
+
+// refuseCommits puts a refusingBackend, failing, in front of s's backend. It swaps it in between
+// commits, as every commit reads the backend under commitMu.
+func refuseCommits(s *Store) *refusingBackend {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	rb := &refusingBackend{backend: s.be, fail: true}
+	s.be = rb
+	return rb
+}
+
+func (r *refusingBackend) setFail(fail bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fail = fail
+}
+
+func (r *refusingBackend) commit(bt *batch) error {
+	r.mu.Lock()
+	fail := r.fail
+	r.mu.Unlock()
+	if fail {
+		return errors.New("write state-store.db: input/output error")
+	}
+	return r.backend.commit(bt)
 }
 
 // landedButFailed commits each batch, then reports the failure bbolt reports when the sync of its meta

@@ -397,7 +397,9 @@ func (st *stage) stageExpire(d deadline) {
 
 // runBatch expires every lease already due, stages muts in order against the state before them,
 // commits the result in one transaction, applies it to memory, fans it out and answers. A failed commit
-// answers STORAGE to every mutation of the batch and leaves memory as it was.
+// answers STORAGE to every mutation of the batch and leaves memory as it was; one that failed only
+// because a settings-backed namespace's file refused the write answers STORAGE to that namespace's
+// mutations and commits the rest without them.
 func (s *Store) runBatch(muts []*mutation) error {
 	if s.halted.Load() != nil {
 		// Nothing more is committed on top of a database whose content memory may not reflect.
@@ -408,8 +410,6 @@ func (s *Store) runBatch(muts []*mutation) error {
 		return err
 	}
 	now := s.nowMs()
-	st := newStage(s, now)
-
 	s.mu.Lock()
 	var due []deadline
 	for {
@@ -427,48 +427,58 @@ func (s *Store) runBatch(muts []*mutation) error {
 		s.expiring[d.ns] = true
 	}
 	s.mu.Unlock()
-	for _, d := range due {
-		st.stageExpire(d)
-	}
-
-	results := make([]mutResult, len(muts))
-	for i, m := range muts {
-		results[i] = st.stage(m)
-	}
-
-	if len(st.ops) > 0 {
-		start := time.Now()
-		if err := s.persist(st); err != nil {
-			s.opts.Observer.CommitFailed()
-			s.mu.Lock()
-			for _, d := range due {
-				s.deadlines.push(d) // they are still due; the next batch tries again
-			}
-			s.expiring = nil
-			s.commitFailed = true
-			// The committer goroutine's timer may be set for a deadline that is now past: have the
-			// next needsCommitter wake it, so it retries (and then waits commitRetryDelay per retry).
-			s.armedAtMs = math.MaxInt64
-			s.mu.Unlock()
-			s.opts.Logger.Error("commit failed", "mutations", len(muts), "err", err)
-			if errors.Is(err, errCommitUncertain) {
-				// Neither STORAGE (nothing changed) nor OK would be known to be true.
-				s.halt(fmt.Errorf("a commit failed after it may have reached the disk: %w; restart to reload it", err))
-				uerr := s.unavailable()
-				for _, m := range muts {
-					m.done <- mutResult{err: uerr}
-				}
-				return err
-			}
-			serr := wire.Errorf(wire.CodeStorage, "commit failed: %v", err)
-			for i, m := range muts {
-				m.done <- s.failedAnswer(m, results[i], due, now, serr)
-			}
-			return err
+	for {
+		st := newStage(s, now)
+		for _, d := range due {
+			st.stageExpire(d)
 		}
-		s.opts.Observer.Committed(len(st.ops), time.Since(start))
-		s.apply(st)
-	} else if len(due) > 0 {
+		results := make([]mutResult, len(muts))
+		for i, m := range muts {
+			results[i] = st.stage(m)
+		}
+		if len(st.ops) == 0 {
+			s.finishBatch(muts, results, len(due) > 0)
+			return nil
+		}
+		start := time.Now()
+		err := s.persist(st)
+		if err == nil {
+			s.opts.Observer.Committed(len(st.ops), time.Since(start))
+			s.apply(st)
+			s.finishBatch(muts, results, false)
+			return nil
+		}
+		var se *settingsSaveError
+		if errors.As(err, &se) && !errors.Is(err, errCommitUncertain) {
+			// One settings-backed namespace's file refused the write (and is as it was) while the
+			// database was not even tried: that namespace's writes answer STORAGE, and the rest of
+			// the batch, and the expiries due, are staged and committed again without them. A
+			// configuration file that cannot be written (a hand edit left it unparsable, its
+			// directory is full) so never fails the writes of other namespaces, nor holds up their
+			// leases' expiries.
+			s.opts.Observer.CommitFailed()
+			s.opts.Logger.Error("settings namespace write failed", "namespace", se.ns, "err", err)
+			serr := wire.Errorf(wire.CodeStorage, "commit failed: %v", err)
+			rest := muts[:0:0]
+			for i, m := range muts {
+				if m.ns == se.ns {
+					m.done <- s.failedAnswer(m, results[i], due, now, serr)
+				} else {
+					rest = append(rest, m)
+				}
+			}
+			muts = rest
+			continue
+		}
+		return s.failBatch(muts, results, due, now, err)
+	}
+}
+
+// finishBatch answers a batch that committed (or had nothing to commit); dueOnly says it staged no
+// change although leases were due (all of them stale), so the namespaces they named are no longer
+// expiring.
+func (s *Store) finishBatch(muts []*mutation, results []mutResult, dueOnly bool) {
+	if dueOnly {
 		s.mu.Lock()
 		s.expiring = nil
 		s.commitFailed = false
@@ -477,7 +487,37 @@ func (s *Store) runBatch(muts []*mutation) error {
 	for i, m := range muts {
 		m.done <- results[i]
 	}
-	return nil
+}
+
+// failBatch answers a batch whose commit failed with err and leaves memory as it was; the due
+// expiries go back to the heap for the next batch.
+func (s *Store) failBatch(muts []*mutation, results []mutResult, due []deadline, now int64, err error) error {
+	s.opts.Observer.CommitFailed()
+	s.mu.Lock()
+	for _, d := range due {
+		s.deadlines.push(d) // they are still due; the next batch tries again
+	}
+	s.expiring = nil
+	s.commitFailed = true
+	// The committer goroutine's timer may be set for a deadline that is now past: have the
+	// next needsCommitter wake it, so it retries (and then waits commitRetryDelay per retry).
+	s.armedAtMs = math.MaxInt64
+	s.mu.Unlock()
+	s.opts.Logger.Error("commit failed", "mutations", len(muts), "err", err)
+	if errors.Is(err, errCommitUncertain) {
+		// Neither STORAGE (nothing changed) nor OK would be known to be true.
+		s.halt(fmt.Errorf("a commit failed after it may have reached the disk: %w; restart to reload it", err))
+		uerr := s.unavailable()
+		for _, m := range muts {
+			m.done <- mutResult{err: uerr}
+		}
+		return err
+	}
+	serr := wire.Errorf(wire.CodeStorage, "commit failed: %v", err)
+	for i, m := range muts {
+		m.done <- s.failedAnswer(m, results[i], due, now, serr)
+	}
+	return err
 }
 
 // stage checks m against the state staged so far and, when it passes, stages it.
@@ -571,17 +611,29 @@ func (s *Store) saveSettings(st *stage) (map[string]SettingsState, error) {
 		sb := s.opts.Settings[ns]
 		if err := sb.Save(next); err != nil {
 			if errors.Is(err, ErrSettingsNotWritten) {
-				return saved, errors.Join(errors.New("settings namespace "+ns), err)
+				return saved, &settingsSaveError{ns: ns, err: err}
 			}
 			if cur, lerr := sb.Load(); lerr != nil || cur.Revision != prev.Revision {
 				saved[ns] = prev
 			}
-			return saved, errors.Join(errors.New("settings namespace "+ns), err)
+			return saved, &settingsSaveError{ns: ns, err: err}
 		}
 		saved[ns] = prev
 	}
 	return saved, nil
 }
+
+// settingsSaveError is the error of a batch whose commit stopped because the Save of one
+// settings-backed namespace, ns, failed: the database was not written.
+type settingsSaveError struct {
+	ns  string
+	err error
+}
+
+func (e *settingsSaveError) Error() string {
+	return "settings namespace " + e.ns + ": " + e.err.Error()
+}
+func (e *settingsSaveError) Unwrap() error { return e.err }
 
 // putSettingsBack writes back the settings namespaces of a batch whose commit failed with err, and
 // returns err. If a file cannot be put back, it holds a write that memory and the database do not (and

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -187,5 +189,78 @@ func TestSettingsWriteToAnUnparsableFileChangesNothing(t *testing.T) {
 	mustPut(t, s, alice, settingsPref(ns, "later"))
 	if r := nsRevision(t, s, ns); r != 2 {
 		t.Fatalf("namespace revision %d, want 2: the refused write took none", r)
+	}
+}
+
+// A settings-backed namespace whose file refuses a write (a hand edit left it unparsable) fails that
+// namespace's writes only. The writes of other namespaces that share its batch, and the leases due when
+// it runs, are committed as if it were not there: STORAGE says the disk refused the commit, and the
+// database's disk did not.
+func TestSettingsFileFailureFailsOnlyItsNamespace(t *testing.T) {
+	const ns = "user/alice"
+	cfg := filepath.Join(t.TempDir(), "stated.toml")
+	opts, clk := withClock(DefaultOptions())
+	opts.Settings = map[string]SettingsBackend{ns: TOMLSettings(cfg, ns)}
+	s, _ := openT(t, opts)
+	ctx := ctxT(t)
+	mustPut(t, s, alice, settingsPref(ns, "kept"))
+	_, ch := watchT(t, s, admin, "w", "service/tx", "")
+	lease := mustPut(t, s, admin, ttlPut("service/tx", "leases/a", 60_000))
+	recv(t, ch)
+	clk.advance(61 * time.Second) // the lease is due by the store's clock; its timer is a minute away
+	if err := os.WriteFile(cfg, []byte("[principals\nid = "), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// Both writes queue behind a running commit, so one batch takes them both.
+	s.commitMu.Lock()
+	settingsErr, otherErr := make(chan error, 1), make(chan error, 1)
+	var other wire.Entry
+	go func() { _, err := s.Put(ctx, alice, settingsPref(ns, "refused")); settingsErr <- err }()
+	waitQueued(t, s, 1)
+	go func() {
+		e, err := s.Put(ctx, admin, putLease("service/tx", "b"))
+		other = e
+		otherErr <- err
+	}()
+	waitQueued(t, s, 2)
+	s.commitMu.Unlock()
+
+	wantCode(t, <-settingsErr, wire.CodeStorage)
+	if err := <-otherErr; err != nil {
+		t.Fatalf("a write of service/tx in the batch of a refused settings write: %v", err)
+	}
+	if other.Revision != lease.Revision+2 {
+		t.Fatalf("the put committed at revision %d, want %d (after the due expiry)", other.Revision, lease.Revision+2)
+	}
+	if m := recv(t, ch); m.Event == nil || m.Event.Kind != wire.UpdateExpire || m.Event.Revision != lease.Revision+1 {
+		t.Fatalf("first update %+v, want the EXPIRE of the due lease", m)
+	}
+	if m := recv(t, ch); m.Event == nil || m.Event.Kind != wire.UpdatePut || m.Event.Key != "b" {
+		t.Fatalf("second update %+v, want the PUT of b", m)
+	}
+	if r := nsRevision(t, s, ns); r != 1 {
+		t.Fatalf("the refused settings write moved its namespace to revision %d", r)
+	}
+	if s.Unavailable() != nil {
+		t.Fatalf("the store stopped: %v", s.Unavailable())
+	}
+}
+
+// waitQueued waits until n mutations are queued for the next commit.
+func waitQueued(t *testing.T, s *Store, n int) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		s.qmu.Lock()
+		queued := len(s.pending)
+		s.qmu.Unlock()
+		if queued >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d mutations queued, want %d", queued, n)
+		}
+		runtime.Gosched()
 	}
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,7 @@ type Store struct {
 	dbBytes        int64 // database-backed namespaces only (the persisted counter)
 	liveNamespaces int64 // namespaces holding at least one entry
 	deadlines      deadlineHeap
+	leased         int             // live entries with a lease: the deadlines that are not stale (see compactDeadlines)
 	expiring       map[string]bool // namespaces whose due leases were popped from deadlines and are not yet applied
 	armedAtMs      int64           // the deadline the committer goroutine's timer is set for
 	commitFailed   bool            // the last commit failed: the committer retries due expiries after commitRetryDelay
@@ -193,14 +195,54 @@ func (s *Store) index(sp *space, e *wire.Entry) {
 	if replaced {
 		sp.bytes -= int64(len(old.Document))
 		s.totalBytes -= int64(len(old.Document))
+		if old.ExpiresAtMs != 0 {
+			s.leased--
+		}
 	} else if sp.count() == 1 {
 		s.liveNamespaces++
 	}
 	sp.bytes += int64(len(e.Document))
 	s.totalBytes += int64(len(e.Document))
 	if e.ExpiresAtMs != 0 {
+		s.leased++
 		s.deadlines.push(deadline{atMs: e.ExpiresAtMs, ns: sp.name, key: e.Key, revision: e.Revision})
+		if len(s.deadlines) > 2*s.leased+deadlineSlack {
+			s.compactDeadlines()
+		}
 	}
+}
+
+// deadlineSlack is how many stale deadlines the heap may hold beyond as many as there are leases
+// before compactDeadlines runs.
+const deadlineSlack = 256
+
+// compactDeadlines drops the stale deadlines from the heap. A deadline goes stale when its entry is
+// replaced, kept alive, deleted or expired, and is otherwise dropped only when it comes due: a key
+// renewed with a long TTL (a lease of 24 h renewed every second) would leave one behind per renewal,
+// for up to a day each, and the heap would grow with the write rate instead of with the leases. So
+// once more than half the heap is stale it is rebuilt from the deadlines that are current: each
+// entry's own, once. It runs under mu, while memory is the state the heap describes (see index).
+func (s *Store) compactDeadlines() {
+	kept := s.deadlines[:0]
+	seen := make(map[deadline]struct{}, s.leased)
+	for _, d := range s.deadlines {
+		sp := s.spaces[d.ns]
+		if sp == nil {
+			continue
+		}
+		e := sp.get(d.key)
+		if e == nil || e.Revision != d.revision || e.ExpiresAtMs != d.atMs {
+			continue
+		}
+		if _, dup := seen[d]; dup {
+			continue // two keepalives in one millisecond: one deadline is enough
+		}
+		seen[d] = struct{}{}
+		kept = append(kept, d)
+	}
+	clear(s.deadlines[len(kept):])
+	s.deadlines = kept
+	heap.Init(&s.deadlines)
 }
 
 // unindex removes key from sp.
@@ -208,6 +250,9 @@ func (s *Store) unindex(sp *space, key string) {
 	old, ok := sp.tree.Delete(&wire.Entry{Key: key})
 	if !ok {
 		return
+	}
+	if old.ExpiresAtMs != 0 {
+		s.leased--
 	}
 	sp.bytes -= int64(len(old.Document))
 	s.totalBytes -= int64(len(old.Document))

@@ -246,3 +246,46 @@ func TestWatchWaitsOnlyForItsNamespacesDueLeases(t *testing.T) {
 		t.Fatalf("watch of service/b: %d entries at revision %d, want its lease expired first (0 at %d)", len(wb.Entries), wb.SnapshotRevision, e.Revision+1)
 	}
 }
+
+// TestRenewedLeasesKeepTheDeadlineHeapBounded: every put of a leased entry pushes a deadline, and the
+// one it replaces goes stale. A lease renewed again and again with a long TTL (any principal may put
+// ttl_ms 86,400,000 in its own namespace in a loop) must not leave one deadline per renewal behind
+// for a day: the heap stays in proportion to the leases, and the lease still expires on time.
+func TestRenewedLeasesKeepTheDeadlineHeapBounded(t *testing.T) {
+	opts, clk := withClock(DefaultOptions())
+	s, _ := openT(t, opts)
+	const ns = "service/tx"
+	_, ch := watchT(t, s, admin, "w", ns, "leases/")
+	const renewals = 3000
+	for i := range renewals {
+		mustPut(t, s, admin, ttlPut(ns, "leases/a", MaxTTLMs))
+		if i%16 == 0 {
+			if err := s.Ack(ctxT(t), admin, wire.AckRequest{WatchID: "w", AppliedSequence: i64(int64(i + 1))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for len(ch) > 0 {
+			<-ch
+		}
+	}
+	last := mustPut(t, s, admin, ttlPut(ns, "leases/a", 60_000))
+	for len(ch) > 0 {
+		<-ch
+	}
+	s.mu.RLock()
+	n := len(s.deadlines)
+	s.mu.RUnlock()
+	if n > 2*deadlineSlack+2 {
+		t.Fatalf("one leased key renewed %d times leaves %d deadlines in the heap", renewals, n)
+	}
+	// The lease that stands still expires: its own deadline was kept.
+	clk.advance(61 * time.Second)
+	s.poke()
+	if r := s.submit(ctxT(t), &mutation{kind: mutBarrier}); r.err != nil {
+		t.Fatal(r.err)
+	}
+	m := recv(t, ch)
+	if m.Event == nil || m.Event.Kind != wire.UpdateExpire || m.Event.Revision != last.Revision+1 {
+		t.Fatalf("after the deadline: %+v", m)
+	}
+}

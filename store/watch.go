@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -309,7 +310,8 @@ const maxWatchAttempts = 8
 
 // Watch atomically captures every live entry of req.Namespace under req.KeyPrefix and registers the
 // watch at snapshot_revision: no committed mutation falls between the two. Later updates go to sink in
-// revision order with watch_sequence from 1. Leases of the namespace already due are expired first.
+// revision order with watch_sequence from 1. Leases of the namespace already due are expired first
+// (while the disk refuses commits, the snapshot leaves them out and their EXPIRE comes later).
 func (s *Store) Watch(ctx context.Context, p policy.Principal, req wire.WatchRequest, sink Sink) (*wire.WatchState, error) {
 	if err := s.serving(); err != nil {
 		return nil, err
@@ -328,7 +330,17 @@ func (s *Store) Watch(ctx context.Context, p policy.Principal, req wire.WatchReq
 		if !retry {
 			return ws, err
 		}
-		if r := s.submit(ctx, &mutation{kind: mutBarrier}); r.err != nil {
+		r := s.submit(ctx, &mutation{kind: mutBarrier})
+		switch {
+		case r.err == nil:
+		case errors.Is(r.err, wire.ErrStorage):
+			// The disk refuses commits, so the due expiries cannot be committed now. A snapshot is
+			// a read, served from memory like Get, which a full disk does not stop: take it
+			// without them (entries whose deadline passed are left out of it, and their EXPIRE
+			// follows once a commit succeeds).
+			ws, _, err := s.tryWatch(p, req, sink, false)
+			return ws, err
+		default:
 			return nil, r.err
 		}
 	}

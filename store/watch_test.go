@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/keeppeek/coordination/store/policy"
 	"github.com/keeppeek/coordination/store/wire"
@@ -518,5 +519,30 @@ func TestFanoutOrderGroupsPrincipals(t *testing.T) {
 	defer mu.Unlock()
 	if round := strings.Join(got, " "); round != "p-a/w10:4 p-a/w9:4 p-b/w2:4 p-c/w1:4" {
 		t.Fatalf("after an unwatch the update went out as %s", round)
+	}
+}
+
+// A watch snapshot is a read served from memory: a disk that refuses commits does not stop it, even in
+// a namespace whose due lease it cannot expire first. The snapshot leaves the lease out, and its EXPIRE
+// reaches the watch once the disk takes commits again.
+func TestWatchSnapshotWhileTheDiskRefusesCommits(t *testing.T) {
+	opts, clk := withClock(DefaultOptions())
+	s, _ := openT(t, opts)
+	const ns = "service/tx"
+	lease := mustPut(t, s, admin, ttlPut(ns, "lease", 60_000))
+	keep := mustPut(t, s, admin, putLease(ns, "keep"))
+	rb := refuseCommits(s)
+	clk.advance(61 * time.Second) // the lease is due; its expiry cannot commit
+	if _, err := s.Put(ctxT(t), admin, putLease(ns, "refused")); !errors.Is(err, wire.ErrStorage) {
+		t.Fatalf("a put on the refusing disk: %v, want STORAGE", err)
+	}
+	ws, ch := watchT(t, s, admin, "w", ns, "")
+	if ws.SnapshotRevision != keep.Revision || len(ws.Entries) != 1 || ws.Entries[0].Key != "keep" {
+		t.Fatalf("snapshot %+v, want revision %d with keep only", ws, keep.Revision)
+	}
+	rb.setFail(false)
+	m := recv(t, ch)
+	if m.Event == nil || m.Event.Kind != wire.UpdateExpire || m.Event.Key != "lease" || m.Sequence != 1 || m.Event.Revision != lease.Revision+2 {
+		t.Fatalf("first update %+v, want the lease's EXPIRE at revision %d", m, lease.Revision+2)
 	}
 }
