@@ -128,23 +128,31 @@ func (c *Worker) Worker() *worker.Worker { return c.w }
 // Run runs the worker until ctx ends.
 func (c *Worker) Run(ctx context.Context) error { return c.w.Run(ctx) }
 
+// stopper ends the jobs on a graceful stop (after the controller has stopped reconciling): all at
+// once, each with the time its own requests take (every one bounded by its client's request
+// timeout). One deadline shared by them all would leave the last ones unsent on a slow media server:
+// subscriptions nobody ends, leases a standby waits out.
 type stopper struct{ c *Worker }
 
 func (stopper) Start(context.Context) error { return nil }
 func (s stopper) Stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	s.c.mu.Lock()
 	jobs := s.c.active
 	s.c.active = map[string]*job{}
 	s.c.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, j := range jobs {
-		s.c.end(ctx, j)
+		wg.Go(func() { s.c.end(context.Background(), j) })
 	}
+	wg.Wait()
 	s.c.wg.Wait()
 }
 
+// end lets a job go: its detections stop, its subscription ends, its lease is released. None of it is
+// abandoned when ctx ends (a stop that comes while an intent is let go): the job is no longer in
+// c.active, so nothing else would finish it. Each request is bounded by its client's timeout instead.
 func (c *Worker) end(ctx context.Context, j *job) {
+	ctx = context.WithoutCancel(ctx)
 	j.stop()
 	if j.subscriptionID != "" {
 		_ = c.cmds.Unsubscribe(ctx, j.subscriptionID)
@@ -200,7 +208,9 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	if j != nil && j.subscriptionID != "" && (!ready || j.sessionID != src.SessionID || j.model != model) {
 		// The subscription is over (the variant is not READY: its publisher went away, and the media
 		// server ended its subscriptions) or must change (a new session, another model).
-		_ = c.cmds.Unsubscribe(ctx, j.subscriptionID)
+		// Not given up when ctx ends (the lease's loss, a stop): the id is forgotten below, and an
+		// unsubscribe not sent would leave the subscription to nobody.
+		_ = c.cmds.Unsubscribe(context.WithoutCancel(ctx), j.subscriptionID)
 		j.stop()
 		j.subscriptionID = ""
 		c.cfg.Events("cv unsubscribed", req.Key, "")
@@ -239,9 +249,10 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		return reconciler.Result{}, nil
 	}
 	// Not abandoned when a stop or the lease's loss cancels ctx: the media server would still make the
-	// subscription, and nobody would know to end it. The command's own timeout bounds the wait; a
-	// lease lost meanwhile re-enqueues the intent, whose next reconcile ends the job.
-	rep, err := c.cmds.Subscribe(context.WithoutCancel(ctx), capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID})
+	// subscription, and nobody would know to end it. The command's own timeout bounds the wait (one
+	// answered later is ended then); a lease lost meanwhile re-enqueues the intent, whose next
+	// reconcile ends the job.
+	rep, err := c.cmds.SubscribeOrUndo(context.WithoutCancel(ctx), capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID}, c.undoFailed)
 	if errors.Is(err, capabilities.ErrVariantNotReady) || errors.Is(err, capabilities.ErrSourceUnavailable) {
 		c.tracker.Refresh() // the snapshot said otherwise: it may be behind (an announcement lost)
 	}
@@ -296,4 +307,9 @@ func (c *Worker) emit(ctx context.Context, lost <-chan struct{}, key, source, mo
 			c.cfg.Events("detection", key, fmt.Sprintf("%s %.1f", d.Label, d.Confidence))
 		}
 	}
+}
+
+// undoFailed logs a media command answered after it was given up on whose result could not be undone.
+func (c *Worker) undoFailed(err error) {
+	c.cfg.Logger.Warn("a late answer could not be undone", "err", err)
 }

@@ -3,6 +3,7 @@ package cv_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -259,12 +260,7 @@ func TestCVNoSubscribeAfterTheLeaseIsLost(t *testing.T) {
 func TestCVStopDuringASubscribeEndsIt(t *testing.T) {
 	f := setup(t)
 	f.publish(t)
-	w, err := cv.New(cv.Config{Conn: f.Connect(t, "cv"), Principal: "cv", WorkerID: "cv-1", LeaseTTL: 3 * time.Second,
-		EventEvery: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := simtest.Run(t, w.Run)
+	stop := f.runCV(t, "cv-1", 3*time.Second)
 	f.Sim.SetCommandDelay(2 * time.Second)
 	f.modelIntent(t, "person-detector")
 	waitFor(t, 10*time.Second, "the subscribe under way", func() bool { return f.Sim.Pending() > 0 })
@@ -276,9 +272,9 @@ func TestCVStopDuringASubscribeEndsIt(t *testing.T) {
 	}
 }
 
-// A standby worker takes the job over as soon as the holder lets its lease go (a graceful stop
-// deletes it): it watches the lease, as the lease standby of the issue does, instead of polling once
-// per TTL. The TTL here is far longer than the wait, so only the watch can be in time.
+// A standby worker takes the job over soon after the holder lets its lease go (a graceful stop
+// deletes it): it tries its claim again at each resync (every 2 s), not only once per TTL. The TTL
+// here is far longer than the wait, so a standby that waited out the TTL would not be in time.
 func TestCVStandbyTakesOverWhenTheLeaseGoes(t *testing.T) {
 	f := setup(t)
 	f.publish(t)
@@ -327,4 +323,91 @@ func TestCVRunsOnTheOriginalVariant(t *testing.T) {
 		subs := cvSubs(f.Sim)
 		return len(subs) == 1 && subs[0].VariantID == sim.OriginalVariantID
 	})
+}
+
+// runCV runs a CV worker without narration; the stop it returns stops it gracefully and waits.
+func (f *fixture) runCV(t *testing.T, id string, ttl time.Duration) (stop func()) {
+	t.Helper()
+	w, err := cv.New(cv.Config{Conn: f.Connect(t, "cv"), Principal: "cv", WorkerID: id, LeaseTTL: ttl,
+		EventEvery: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return simtest.Run(t, w.Run)
+}
+
+func (f *fixture) leaseGone(t *testing.T, key string) bool {
+	_, err := f.Admin.Get(t.Context(), cvNS, key)
+	return errors.Is(err, wire.ErrNotFound)
+}
+
+// A graceful stop that comes while the unsubscribe of an intent turned undesired is on its way to a
+// slow media server still lets the job go: its lease is released, not left to its TTL (the job is no
+// longer in the worker's list, so the stop itself would not release it).
+func TestCVStopDuringAnUnsubscribeReleasesTheLease(t *testing.T) {
+	f := setup(t)
+	f.publish(t)
+	stop := f.runCV(t, "cv-1", 60*time.Second)
+	f.modelIntent(t, "person-detector")
+	waitFor(t, 10*time.Second, "cv subscribed", func() bool { return len(cvSubs(f.Sim)) == 1 })
+	f.Sim.SetCommandDelay(2 * time.Second)
+	if _, err := f.Coord.SetDesired(t.Context(), cvNS, intent, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the unsubscribe under way", func() bool { return f.Sim.Pending() > 0 })
+	stop()
+	f.Sim.SetCommandDelay(0)
+	waitFor(t, 10*time.Second, "every command answered", func() bool { return f.Sim.Pending() == 0 })
+	if subs := cvSubs(f.Sim); len(subs) != 0 {
+		t.Fatalf("subscriptions left after the worker stopped: %+v", subs)
+	}
+	if !f.leaseGone(t, leaseKey) {
+		t.Fatal("the lease was left to its TTL")
+	}
+}
+
+// A graceful stop on a slow media server ends every job: each unsubscribe and lease release gets the
+// time its requests need, instead of one deadline shared by them all that left the last ones unsent.
+func TestCVStopEndsEveryJobOnASlowMediaServer(t *testing.T) {
+	f := setup(t)
+	f.publish(t)
+	stop := f.runCV(t, "cv-1", 60*time.Second)
+	models := []string{"people", "cars", "parcels"}
+	for _, m := range models {
+		in := coordinator.SubscribeIntent(src, "video")
+		in.VariantID = variant
+		in.Parameters = map[string]json.RawMessage{"cv-a": json.RawMessage(`{"model_profile":"` + m + `-detector"}`)}
+		if _, err := f.Coord.PutIntent(t.Context(), cvNS, "intents/front-door-"+m, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "three jobs subscribed", func() bool { return len(cvSubs(f.Sim)) == len(models) })
+	f.Sim.SetCommandDelay(2500 * time.Millisecond)
+	stop()
+	f.Sim.SetCommandDelay(0)
+	waitFor(t, 20*time.Second, "every command answered", func() bool { return f.Sim.Pending() == 0 })
+	if subs := cvSubs(f.Sim); len(subs) != 0 {
+		t.Errorf("subscriptions left after the worker stopped: %+v", subs)
+	}
+	for _, m := range models {
+		if !f.leaseGone(t, "leases/front-door-"+m) {
+			t.Errorf("the lease of %s was left to its TTL", m)
+		}
+	}
+}
+
+// A subscribe the media server answers only after the command's timeout still makes a subscription:
+// the worker, which tried again, ends the one it gave up on when its late answer comes, instead of
+// leaving it on the media server unknown to anyone.
+func TestCVEndsASubscriptionAnsweredTooLate(t *testing.T) {
+	f := setup(t)
+	f.publish(t)
+	ev := f.cvWorker(t, "cv-1")
+	f.Sim.SetCommandDelay(capabilities.DefaultRequestTimeout + time.Second)
+	f.modelIntent(t, "person-detector")
+	waitFor(t, 10*time.Second, "the subscribe under way", func() bool { return f.Sim.Pending() > 0 })
+	f.Sim.SetCommandDelay(0) // the first subscribe still waits out its delay; the retry does not
+	waitFor(t, 20*time.Second, "cv subscribed", func() bool { return ev.last("cv subscribed") != "" })
+	waitFor(t, 10*time.Second, "every command answered", func() bool { return f.Sim.Pending() == 0 })
+	waitFor(t, 10*time.Second, "one subscription of cv left", func() bool { return len(cvSubs(f.Sim)) == 1 })
 }

@@ -8,6 +8,8 @@ package transcode
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,14 +42,15 @@ type Config struct {
 	// HeartbeatInterval of the worker. Default 1 s.
 	HeartbeatInterval time.Duration
 	Logger            *slog.Logger
-	// Events, when set, is called for each step worth narrating (the demo prints them).
+	// Events, when set, is called for each step worth narrating (the demo prints them), from one
+	// goroutine at a time.
 	Events func(Event)
 }
 
 // Event is a step of the flow.
 type Event struct {
 	WorkerID string
-	Kind     string // "lease claimed", "standby", "publication started", "capability ready", "status", "stopped", "invalid"
+	Kind     string // "lease claimed", "standby", "publication started", "publication stopped", "publication gone", "capability ready", "status", "stopped", "invalid"
 	Intent   string
 	Detail   string
 }
@@ -63,8 +66,16 @@ type Transcoder struct {
 
 	leaseFired chan struct{}
 	mu         sync.Mutex
-	held       map[string]*binding // by intent key
-	lastStatus map[string]string   // intent key -> last status written (state/publication), to skip rewrites
+	held       map[string]*binding   // by intent key
+	lastStatus map[string]statusMemo // intent key -> the last status this worker wrote
+}
+
+// statusMemo is what a worker remembers of the last status it wrote for an intent: what it said (sig,
+// to skip a rewrite that would say the same; "" once the binding that wrote it is gone) and the
+// entry's revision (so that "stopped" is written only over that status, never over a newer one).
+type statusMemo struct {
+	sig string
+	rev uint64
 }
 
 // binding is what this worker holds for one intent.
@@ -75,6 +86,7 @@ type binding struct {
 	publicationID string
 	variantID     string
 	startedGen    uint64    // capabilities generation when the publication was started
+	seenGen       uint64    // generation of a snapshot that showed the publication's variant as ours; 0: none yet
 	retryAt       time.Time // after a FAILED publication: no new start before then
 	// What the publication was started with: a change in the intent restarts it.
 	streamID, outputProfile, recordingMode string
@@ -91,6 +103,13 @@ func New(cfg Config) (*Transcoder, error) {
 	if cfg.Events == nil {
 		cfg.Events = func(Event) {}
 	}
+	// The releaser lets bindings go concurrently: their events still reach Events one at a time.
+	events, eventsMu := cfg.Events, new(sync.Mutex)
+	cfg.Events = func(e Event) {
+		eventsMu.Lock()
+		defer eventsMu.Unlock()
+		events(e)
+	}
 	w, err := worker.New(worker.Options{Conn: cfg.Conn, Principal: cfg.Principal, WorkerID: cfg.WorkerID, Service: cfg.Service,
 		HeartbeatInterval: cfg.HeartbeatInterval, Logger: cfg.Logger})
 	if err != nil {
@@ -102,7 +121,7 @@ func New(cfg Config) (*Transcoder, error) {
 	}
 	t := &Transcoder{cfg: cfg, ns: "service/" + cfg.Service, w: w, cmds: cmds,
 		tracker:    capabilities.NewTracker(cfg.Conn, capabilities.TrackerOptions{Logger: cfg.Logger}),
-		leaseFired: make(chan struct{}, 1), held: map[string]*binding{}, lastStatus: map[string]string{}}
+		leaseFired: make(chan struct{}, 1), held: map[string]*binding{}, lastStatus: map[string]statusMemo{}}
 	capsChanged, _ := t.tracker.Subscribe()
 	t.ctrl, err = reconciler.New(w.Client(), t, reconciler.Options{Namespace: t.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
 		Triggers: []<-chan struct{}{capsChanged, t.leaseFired}, ResyncEvery: 10 * time.Second, Logger: cfg.Logger})
@@ -168,28 +187,39 @@ func (lw *leaseWatch) Stop() {
 }
 
 // releaser stops the publications and releases the leases on a graceful stop (after the controller
-// has stopped reconciling).
+// has stopped reconciling). The bindings are let go all at once, each with the time its own requests
+// take (every one bounded by its client's request timeout): one deadline shared by them all would
+// leave the last ones unsent on a slow media server, their publications holding their variants for
+// good.
 type releaser struct{ t *Transcoder }
 
 func (releaser) Start(context.Context) error { return nil }
 func (r releaser) Stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	r.t.mu.Lock()
 	held := r.t.held
 	r.t.held = map[string]*binding{}
 	r.t.mu.Unlock()
+	var wg sync.WaitGroup
 	for key, b := range held {
-		r.t.stopBinding(ctx, key, b, "worker stopping")
+		wg.Go(func() { r.t.stopBinding(context.Background(), key, b, "worker stopping") })
 	}
+	wg.Wait()
 }
 
 // failedPause is how long a publication the media server reported FAILED waits before it is started again.
 const failedPause = 2 * time.Second
 
-// LeaseKey is the lease of an intent's actual output: leases/<source>-<kind>-<variant>.
+// LeaseKey is the lease of an intent's actual output: leases/<source>-<kind>-<variant>. Source and
+// variant ids may each be 128 bytes (SPEC section 13), which can make that longer than a key may be
+// (256 bytes): such a key is shortened, its end replaced by a hash of the whole, so that every
+// output still has a lease of its own that the store accepts.
 func LeaseKey(in reconciler.MediaIntent) string {
-	return "leases/" + in.SourceID + "-" + in.MediaKind + "-" + in.VariantID
+	k := "leases/" + in.SourceID + "-" + in.MediaKind + "-" + in.VariantID
+	if len(k) <= wire.MaxKeyLen {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return k[:wire.MaxKeyLen-17] + "-" + hex.EncodeToString(sum[:8])
 }
 
 func statusKey(intentKey string) string { return "status/" + strings.TrimPrefix(intentKey, "intents/") }
@@ -217,6 +247,11 @@ func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (rec
 		t.mu.Unlock()
 		if b != nil {
 			t.stopBinding(ctx, req.Key, b, "intent no longer desired")
+		}
+		if !ok { // deleted: nothing more will be written for it
+			t.mu.Lock()
+			delete(t.lastStatus, req.Key)
+			t.mu.Unlock()
 		}
 		if err != nil {
 			var ve *reconciler.ValidationError
@@ -301,6 +336,16 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 		t.event("publication stopped", key, "the intent changed (recording %s, profile %s)", in.RecordingMode, in.OutputProfile)
 		b.publicationID = ""
 	}
+	if b.publicationID != "" && b.seenGen > 0 && caps.Generation > b.seenGen && b.sessionID == src.SessionID {
+		// A snapshot newer than one that showed our variant no longer does (or names another
+		// publisher): the publication is gone on the same session (stopped by its id by another
+		// process of the principal, an old lease holder say). Waiting for it to be READY would wait
+		// for ever: start it again.
+		if v, ok := stream.Variant(b.variantID); !ok || v.Publisher != t.cfg.Principal {
+			t.event("publication gone", key, "%s is no longer published on session %s", b.variantID, b.sessionID)
+			b.publicationID, b.seenGen = "", 0
+		}
+	}
 	if !slices.Contains(src.Publication.RecordingModes, in.RecordingMode) {
 		// SPEC section 12: the media server says what it can do; a command it rules out is not sent.
 		st.State, st.ErrorCode = reconciler.StateFailed, string(capabilities.CodeRecordingModeInvalid)
@@ -320,9 +365,10 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 		}
 		gen := caps.Generation
 		// Not abandoned when a stop cancels ctx: the media server would still make the publication,
-		// and nobody would know to stop it. The command's own timeout bounds the wait.
-		rep, err := t.cmds.StartPublication(context.WithoutCancel(ctx), capabilities.StartPublicationRequest{SessionID: src.SessionID, StreamID: stream.StreamID,
-			VariantID: in.VariantID, OutputProfile: in.OutputProfile, RecordingMode: in.RecordingMode})
+		// and nobody would know to stop it. The command's own timeout bounds the wait (one answered
+		// later is stopped then).
+		rep, err := t.cmds.StartPublicationOrUndo(context.WithoutCancel(ctx), capabilities.StartPublicationRequest{SessionID: src.SessionID, StreamID: stream.StreamID,
+			VariantID: in.VariantID, OutputProfile: in.OutputProfile, RecordingMode: in.RecordingMode}, t.undoFailed)
 		switch {
 		case errors.Is(err, capabilities.ErrSourceUnavailable):
 			st.State, st.Message, st.ErrorCode = reconciler.StatePending, "source session changed; re-resolving", string(capabilities.CodeOf(err))
@@ -338,13 +384,16 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 		case err != nil:
 			return reconciler.Result{}, err
 		}
-		b.publicationID, b.sessionID, b.variantID, b.startedGen = rep.PublicationID, src.SessionID, rep.VariantID, gen
+		b.publicationID, b.sessionID, b.variantID, b.startedGen, b.seenGen = rep.PublicationID, src.SessionID, rep.VariantID, gen, 0
 		b.streamID, b.outputProfile, b.recordingMode = stream.StreamID, in.OutputProfile, in.RecordingMode
 		t.event("publication started", key, "%s on session %s (recording %s)", rep.VariantID, src.SessionID, in.RecordingMode)
 	}
 	st.PublicationID = b.publicationID
 	v, ok := stream.Variant(b.variantID)
 	fresh := caps.Generation > b.startedGen // a snapshot taken before our start says nothing about it
+	if fresh && ok && v.Publisher == t.cfg.Principal && b.seenGen == 0 {
+		b.seenGen = caps.Generation
+	}
 	switch {
 	case !fresh:
 		st.State, st.Message = reconciler.StatePending, "publication started; waiting for the media server"
@@ -377,27 +426,52 @@ func streamFor(src capabilities.Source, in reconciler.MediaIntent) (capabilities
 
 // writeStatus writes the intent's observed status under status/, guarded by the lease when b is set,
 // skipping a write that would say what the last one said.
+//
+// The write is not abandoned when ctx ends (a stop, the lease's loss): the store would still commit a
+// put whose answer nobody waits for, maybe after the status a later write says (the releaser's
+// "stopped"). It waits for its answer instead, bounded by the client's request timeout; a lease lost
+// meanwhile is the guard's to decide, and one known lost sends nothing.
 func (t *Transcoder) writeStatus(ctx context.Context, b *binding, key string, st reconciler.ObservedStatus) {
+	t.putStatus(ctx, b, key, st, false)
+}
+
+// putStatus is writeStatus; onlyOverOurs makes the put a compare-and-set on the revision of the last
+// status this worker wrote (create-only if it wrote none), so that it never replaces a status another
+// worker wrote since: another output's lease holder, after the intent changed its output.
+func (t *Transcoder) putStatus(ctx context.Context, b *binding, key string, st reconciler.ObservedStatus, onlyOverOurs bool) {
+	ctx = context.WithoutCancel(ctx)
 	sig := string(st.State) + "|" + st.PublicationID + "|" + st.Message + "|" + st.ErrorCode
 	t.mu.Lock()
-	same := t.lastStatus[key] == sig
+	last, known := t.lastStatus[key]
 	t.mu.Unlock()
-	if same {
+	if last.sig == sig {
 		return
 	}
 	req := wire.PutRequest{Namespace: t.ns, Key: statusKey(key), Schema: reconciler.ObservedStatusSchema, Document: st.Document()}
+	if onlyOverOurs {
+		expected := int64(0)
+		if known {
+			expected = int64(last.rev)
+		}
+		req.ExpectedRevision = &expected
+	}
+	var e wire.Entry
 	var err error
 	if b != nil {
-		_, err = b.lease.Put(ctx, req)
+		e, err = b.lease.Put(ctx, req)
 	} else {
-		_, err = t.w.Client().Put(ctx, req)
+		e, err = t.w.Client().Put(ctx, req)
+	}
+	if onlyOverOurs && errors.Is(err, wire.ErrConflict) {
+		t.cfg.Logger.Debug("status not written: another worker reported since", "intent", key, "state", st.State)
+		return
 	}
 	if err != nil {
 		t.cfg.Logger.Warn("status not written", "intent", key, "state", st.State, "err", err)
 		return
 	}
 	t.mu.Lock()
-	t.lastStatus[key] = sig
+	t.lastStatus[key] = statusMemo{sig: sig, rev: e.Revision}
 	t.mu.Unlock()
 	if st.State == reconciler.StateActive {
 		t.event("capability ready", key, "%s READY, published by %s", st.VariantID, t.cfg.Principal)
@@ -405,8 +479,17 @@ func (t *Transcoder) writeStatus(ctx context.Context, b *binding, key string, st
 	t.event("status", key, "%s %s", st.State, st.Message)
 }
 
-// stopBinding stops the publication, reports stopped and releases the lease.
+// stopBinding stops the publication, reports stopped and releases the lease. The "stopped" is written
+// only over the last status this worker wrote: after the intent changed its output, the holder of the
+// new output's lease (a standby that claimed it while our stop was under way) may have reported
+// already, and a "stopped" guarded by the old lease would bury that report.
+//
+// None of it is abandoned when ctx ends (a stop that comes while the intent is let go): the binding is
+// no longer in t.held, so nothing else would finish it; a stop_publication not sent would leave the
+// publication holding the variant, a status not written would say active, a lease not released would
+// keep the output from a standby for its TTL. Each request is bounded by its client's timeout instead.
 func (t *Transcoder) stopBinding(ctx context.Context, key string, b *binding, why string) {
+	ctx = context.WithoutCancel(ctx)
 	// Our own publication goes, by its id, whether or not the lease is still held: left running after
 	// a loss it would hold the variant against the new holder (a CONFLICT when it publishes as another
 	// principal); one the new holder already replaced is not found, which is fine.
@@ -416,13 +499,20 @@ func (t *Transcoder) stopBinding(ctx context.Context, key string, b *binding, wh
 		}
 	}
 	if b.lease.Held() { // the status is the lease holder's to write
-		t.writeStatus(ctx, b, key, reconciler.ObservedStatus{SubjectKey: key, State: reconciler.StateStopped,
-			ObservedAtMs: time.Now().UnixMilli(), Message: why, Holder: t.cfg.WorkerID})
+		t.putStatus(ctx, b, key, reconciler.ObservedStatus{SubjectKey: key, State: reconciler.StateStopped,
+			ObservedAtMs: time.Now().UnixMilli(), Message: why, Holder: t.cfg.WorkerID}, true)
 	}
 	_ = b.lease.Release(ctx)
 	t.w.DropLease(b.leaseKey)
 	t.mu.Lock()
-	delete(t.lastStatus, key)
+	if m, ok := t.lastStatus[key]; ok {
+		t.lastStatus[key] = statusMemo{rev: m.rev} // the next binding writes whatever it finds
+	}
 	t.mu.Unlock()
 	t.event("stopped", key, "%s", why)
+}
+
+// undoFailed logs a media command answered after it was given up on whose result could not be undone.
+func (t *Transcoder) undoFailed(err error) {
+	t.cfg.Logger.Warn("a late answer could not be undone", "err", err)
 }

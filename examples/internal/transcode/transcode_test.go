@@ -2,9 +2,11 @@ package transcode_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/keeppeek/coordination/coordinator"
 	"github.com/keeppeek/coordination/examples/internal/simtest"
 	"github.com/keeppeek/coordination/examples/internal/transcode"
+	"github.com/keeppeek/coordination/reconciler"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -36,12 +39,18 @@ func setup(t *testing.T, srcCfg sim.SourceConfig) *fixture {
 
 func (f *fixture) transcoder(t *testing.T, id string) {
 	t.Helper()
+	f.runTranscoder(t, id, 2*time.Second)
+}
+
+// runTranscoder runs a transcoder with lease TTL ttl; the stop it returns stops it gracefully and waits.
+func (f *fixture) runTranscoder(t *testing.T, id string, ttl time.Duration) (stop func()) {
+	t.Helper()
 	tr, err := transcode.New(transcode.Config{Conn: f.Connect(t, svc), Principal: svc, WorkerID: id, Service: svc,
-		LeaseTTL: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		LeaseTTL: ttl, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	simtest.Run(t, tr.Run)
+	return simtest.Run(t, tr.Run)
 }
 
 var waitFor = simtest.WaitFor
@@ -200,12 +209,7 @@ func TestNoStartAfterTheLeaseIsLost(t *testing.T) {
 // publication it would never know of, which would hold the variant for good.
 func TestStopDuringAStartStopsThePublication(t *testing.T) {
 	f := setup(t, sim.SourceConfig{SourceID: src})
-	tr, err := transcode.New(transcode.Config{Conn: f.Connect(t, svc), Principal: svc, WorkerID: "tx-1", Service: svc,
-		LeaseTTL: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := simtest.Run(t, tr.Run)
+	stop := f.runTranscoder(t, "tx-1", 2*time.Second)
 	f.Sim.SetCommandDelay(2 * time.Second)
 	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
 		t.Fatal(err)
@@ -377,4 +381,241 @@ func TestStaleSessionIsRefreshedAfterARefusedStart(t *testing.T) {
 		p, ok := readyPublication(f)
 		return ok && p.SessionID == session && p.RecordingMode == "required"
 	})
+}
+
+// leaseGone reports whether the lease entry of the test's intent is gone from the store.
+func (f *fixture) leaseGone(t *testing.T, leaseKey string) bool {
+	_, err := f.Admin.Get(t.Context(), ns, leaseKey)
+	return errors.Is(err, wire.ErrNotFound)
+}
+
+// statusOf returns the status document of an intent key, "" if there is none.
+func (f *fixture) statusOf(t *testing.T, intentKey string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e, err := f.Admin.Get(ctx, ns, "status/"+strings.TrimPrefix(intentKey, "intents/"))
+	if err != nil {
+		return ""
+	}
+	return string(e.Document)
+}
+
+// A graceful stop that comes while the stop_publication of an intent turned undesired is on its way
+// to a slow media server still finishes that intent's work: its status says stopped (not the active
+// of a publication that is gone) and its lease is released, not left to its TTL.
+func TestStopDuringAStopOfThePublicationFinishesIt(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	stop := f.runTranscoder(t, "tx-1", 60*time.Second)
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "status active", func() bool { return strings.Contains(f.statusOf(t, key), `"state":"active"`) })
+	f.Sim.SetCommandDelay(2 * time.Second)
+	if _, err := f.Coord.SetDesired(t.Context(), ns, key, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the stop_publication under way", func() bool { return f.Sim.Pending() > 0 })
+	stop()
+	f.Sim.SetCommandDelay(0)
+	waitFor(t, 10*time.Second, "every command answered", func() bool { return f.Sim.Pending() == 0 })
+	if pubs := f.Sim.Publications(); len(pubs) != 0 {
+		t.Fatalf("publications left after the transcoder stopped: %+v", pubs)
+	}
+	if st := f.statusOf(t, key); !strings.Contains(st, `"state":"stopped"`) {
+		t.Errorf("status of the undesired intent after the stop: %s", st)
+	}
+	if !f.leaseGone(t, "leases/front-door-video-browser-h264-720p") {
+		t.Error("the lease was left to its TTL")
+	}
+}
+
+// A graceful stop on a slow media server stops every publication the transcoder holds, each with the
+// time a command needs: one shared deadline for them all left the last ones unsent, their
+// publications holding their variants after the transcoder had gone.
+func TestStopEndsEveryPublicationOnASlowMediaServer(t *testing.T) {
+	variants := []string{"browser-h264-720p", "browser-h264-480p", "browser-h264-360p"}
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	stop := f.runTranscoder(t, "tx-1", 60*time.Second)
+	keys := make([]string, len(variants))
+	for i, v := range variants {
+		in := coordinator.PublishIntent(src, "video", "disabled")
+		in.VariantID, in.OutputProfile = v, v
+		keys[i] = "intents/front-door-video-" + v
+		if _, err := f.Coord.PutIntent(t.Context(), ns, keys[i], in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 15*time.Second, "every status active", func() bool {
+		for _, k := range keys {
+			if !strings.Contains(f.statusOf(t, k), `"state":"active"`) {
+				return false
+			}
+		}
+		return true
+	})
+	f.Sim.SetCommandDelay(2500 * time.Millisecond)
+	stop()
+	f.Sim.SetCommandDelay(0)
+	waitFor(t, 20*time.Second, "every command answered", func() bool { return f.Sim.Pending() == 0 })
+	if pubs := f.Sim.Publications(); len(pubs) != 0 {
+		t.Errorf("publications left after the transcoder stopped: %+v", pubs)
+	}
+	for i, k := range keys {
+		if st := f.statusOf(t, k); !strings.Contains(st, `"state":"stopped"`) {
+			t.Errorf("status of %s after the stop: %s", k, st)
+		}
+		if !f.leaseGone(t, "leases/front-door-video-"+variants[i]) {
+			t.Errorf("the lease of %s was left to its TTL", k)
+		}
+	}
+}
+
+// A start_publication the media server answers only after the command's timeout still makes a
+// publication. The intent is deleted meanwhile, so no later start replaces it: the transcoder stops
+// the publication when the late answer comes, instead of leaving it to hold the variant for good.
+func TestPublicationStartedTooLateIsStopped(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	f.transcoder(t, "tx-1")
+	f.Sim.SetCommandDelay(capabilities.DefaultRequestTimeout + time.Second)
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the start under way", func() bool { return f.Sim.Pending() > 0 })
+	f.Sim.SetCommandDelay(0)
+	if _, err := f.Coord.DeleteIntent(t.Context(), ns, key, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the start answered", func() bool {
+		for _, c := range f.Sim.Commands() {
+			if c.Command == capabilities.CommandStartPublication {
+				return true
+			}
+		}
+		return false
+	})
+	waitFor(t, 10*time.Second, "no publication left", func() bool { return f.Sim.Pending() == 0 && len(f.Sim.Publications()) == 0 })
+}
+
+// The transcoder's publication goes while the source's session stays (stopped by its id by another
+// process of the principal: an operator, an old lease holder): the capabilities no longer show the
+// variant, and the transcoder starts it again instead of waiting for ever for a publication that is
+// gone.
+func TestPublicationGoneIsStartedAgain(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	f.transcoder(t, "tx-1")
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "status active", func() bool { return strings.Contains(f.statusOf(t, key), `"state":"active"`) })
+	p, ok := readyPublication(f)
+	if !ok {
+		t.Fatal("no READY publication")
+	}
+	other, err := capabilities.NewCommands(f.Connect(t, svc), svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.StopPublication(t.Context(), p.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "a new publication READY, reported active", func() bool {
+		q, ok := readyPublication(f)
+		st := f.statusOf(t, key)
+		return ok && q.ID != p.ID && strings.Contains(st, `"state":"active"`) && strings.Contains(st, q.ID)
+	})
+}
+
+// The intent changes its output variant (a new lease) while the media server is slow to stop the old
+// publication: the standby claims the new lease and reports its publication active before the old
+// holder has let the old output go. The old holder's "stopped", written under the old lease, must
+// not bury the new holder's "active": the status is the new output's, and the new holder does not
+// write it again while nothing changes.
+func TestOutputChangeKeepsTheNewHoldersStatus(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	var mu sync.Mutex
+	var events []transcode.Event
+	for _, id := range []string{"tx-1", "tx-2"} {
+		tr, err := transcode.New(transcode.Config{Conn: f.Connect(t, svc), Principal: svc, WorkerID: id, Service: svc,
+			LeaseTTL: 60 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+			Events: func(e transcode.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		simtest.Run(t, tr.Run)
+	}
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "status active", func() bool { return strings.Contains(f.statusOf(t, key), `"state":"active"`) })
+	var first reconciler.ObservedStatus
+	if err := json.Unmarshal([]byte(f.statusOf(t, key)), &first); err != nil {
+		t.Fatal(err)
+	}
+	// Hold the media server's stop_publication queue: a stop sent now waits 3 s, and the old holder's
+	// stop of its publication waits behind it. Starts are served at once.
+	other, err := capabilities.NewCommands(f.Connect(t, svc), svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Sim.SetCommandDelay(3 * time.Second)
+	blocker := make(chan error, 1)
+	go func() { blocker <- other.StopPublication(context.Background(), "pub-none") }()
+	waitFor(t, 10*time.Second, "the queue held", func() bool { return f.Sim.Pending() > 0 })
+	f.Sim.SetCommandDelay(0)
+	const next = "browser-h264-480p"
+	in := coordinator.PublishIntent(src, "video", "disabled")
+	in.VariantID, in.OutputProfile = next, next
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, in); err != nil {
+		t.Fatal(err)
+	}
+	stoppedBy := func(worker string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range events {
+			if e.Kind == "stopped" && e.WorkerID == worker {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor(t, 15*time.Second, "the old holder let the old output go", func() bool { return stoppedBy(first.Holder) })
+	<-blocker
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("status: %s; publications: %+v", f.statusOf(t, key), f.Sim.Publications())
+		}
+	})
+	waitFor(t, 10*time.Second, "the new output's status, active", func() bool {
+		var st reconciler.ObservedStatus
+		_ = json.Unmarshal([]byte(f.statusOf(t, key)), &st)
+		return st.State == reconciler.StateActive && st.VariantID == next
+	})
+}
+
+// Source and variant ids may each be 128 bytes (SPEC section 13), so the lease key of an output can
+// outgrow a key's 256 bytes: the transcoder still claims a valid key for it (shortened with a hash)
+// and publishes, instead of retrying a claim the store refuses for ever without a word of status.
+func TestLongIdsStillGetALease(t *testing.T) {
+	long := strings.Repeat("s", 128)
+	longVariant := "browser-h264-720p-" + strings.Repeat("v", 110)
+	f := setup(t, sim.SourceConfig{SourceID: long})
+	f.transcoder(t, "tx-1")
+	in := coordinator.PublishIntent(long, "video", "disabled")
+	in.VariantID, in.OutputProfile = longVariant, "browser-h264-720p"
+	const k = "intents/long"
+	if _, err := f.Coord.PutIntent(t.Context(), ns, k, in); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "status active", func() bool { return strings.Contains(f.statusOf(t, k), `"state":"active"`) })
+	lk := transcode.LeaseKey(reconciler.MediaIntent{SourceID: long, MediaKind: "video", VariantID: longVariant})
+	if !wire.ValidKey(lk) {
+		t.Fatalf("LeaseKey %q is not a valid key", lk)
+	}
+	if _, err := f.Admin.Get(t.Context(), ns, lk); err != nil {
+		t.Fatalf("lease %s: %v", lk, err)
+	}
+	other := transcode.LeaseKey(reconciler.MediaIntent{SourceID: long, MediaKind: "video", VariantID: longVariant + "x"})
+	if other == lk {
+		t.Fatal("two outputs share a shortened lease key")
+	}
 }

@@ -29,7 +29,7 @@ type Config struct {
 	Principal string // the user; its namespace is user/<Principal>
 	WorkerID  string
 	Logger    *slog.Logger
-	// Events, when set, is called for each step worth narrating.
+	// Events, when set, is called for each step worth narrating, from one goroutine at a time.
 	Events func(kind, intent, detail string)
 }
 
@@ -56,6 +56,13 @@ func New(cfg Config) (*Viewer, error) {
 	}
 	if cfg.Events == nil {
 		cfg.Events = func(string, string, string) {}
+	}
+	// The ender ends subscriptions concurrently: their events still reach Events one at a time.
+	events, eventsMu := cfg.Events, new(sync.Mutex)
+	cfg.Events = func(kind, intent, detail string) {
+		eventsMu.Lock()
+		defer eventsMu.Unlock()
+		events(kind, intent, detail)
 	}
 	if cfg.WorkerID == "" {
 		cfg.WorkerID = "viewer"
@@ -84,19 +91,22 @@ func New(cfg Config) (*Viewer, error) {
 
 // ender ends the viewer's subscriptions on a graceful stop (after the controller has stopped
 // reconciling): left behind, each restart of a viewer would add subscriptions on the media server.
+// They end all at once, each with the time its own requests take (every one bounded by its client's
+// request timeout): one deadline shared by them all would leave the last ones unsent on a slow media
+// server, and their statuses active.
 type ender struct{ v *Viewer }
 
 func (ender) Start(context.Context) error { return nil }
 func (e ender) Stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	e.v.mu.Lock()
 	subs := e.v.subs
 	e.v.subs = map[string]subscription{}
 	e.v.mu.Unlock()
+	var wg sync.WaitGroup
 	for key, s := range subs {
-		e.v.end(ctx, key, s, "viewer stopping")
+		wg.Go(func() { e.v.end(context.Background(), key, s, "viewer stopping") })
 	}
+	wg.Wait()
 }
 
 // end unsubscribes and reports the intent's subscription stopped.
@@ -210,7 +220,7 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		status.State, status.Message = reconciler.StatePending, "waiting for "+wanted+" to be READY"
 		return reconciler.Result{}, v.status(ctx, req.Key, status)
 	}
-	rep, err := v.cmds.Subscribe(ctx, capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID})
+	rep, err := v.cmds.SubscribeOrUndo(ctx, capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID}, v.undoFailed)
 	if errors.Is(err, capabilities.ErrVariantNotReady) || errors.Is(err, capabilities.ErrSourceUnavailable) {
 		v.tracker.Refresh() // the snapshot said otherwise: it may be behind (an announcement lost)
 		return reconciler.Result{RequeueAfter: time.Second}, nil
@@ -250,4 +260,9 @@ func (v *Viewer) status(ctx context.Context, intentKey string, st reconciler.Obs
 		v.mu.Unlock()
 	}
 	return err
+}
+
+// undoFailed logs a media command answered after it was given up on whose result could not be undone.
+func (v *Viewer) undoFailed(err error) {
+	v.cfg.Logger.Warn("a late answer could not be undone", "err", err)
 }

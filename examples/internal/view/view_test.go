@@ -221,3 +221,72 @@ func TestViewerSubscribesToTheOriginalVariant(t *testing.T) {
 		return len(subs) == 1 && subs[0].VariantID == sim.OriginalVariantID && f.status(t, key).State == reconciler.StateActive
 	})
 }
+
+// A graceful stop on a slow media server ends every subscription the viewer holds and reports each
+// stopped: every unsubscribe gets the time a command needs, instead of one deadline shared by them
+// all that left the last ones unsent (and their statuses active).
+func TestViewerStopEndsEverySubscriptionOnASlowMediaServer(t *testing.T) {
+	f := setup(t)
+	sess, _, _ := f.Sim.SessionID(src)
+	const second = "browser-h264-480p"
+	if _, err := f.pub.StartPublication(t.Context(), capabilities.StartPublicationRequest{SessionID: sess, StreamID: "video",
+		VariantID: second, OutputProfile: second, RecordingMode: "disabled"}); err != nil {
+		t.Fatal(err)
+	}
+	v, stop := f.viewer(t)
+	var keys []string
+	for _, vid := range []string{variant, second} {
+		key, err := v.Want(t.Context(), src, "video", vid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+	}
+	const original = "intents/front-door-video"
+	if _, err := f.Coord.PutIntent(t.Context(), ns, original, coordinator.SubscribeIntent(src, "video")); err != nil {
+		t.Fatal(err)
+	}
+	keys = append(keys, original)
+	simtest.WaitFor(t, 10*time.Second, "three subscriptions, active", func() bool {
+		for _, k := range keys {
+			if f.status(t, k).State != reconciler.StateActive {
+				return false
+			}
+		}
+		return len(f.viewerSubs()) == len(keys)
+	})
+	f.Sim.SetCommandDelay(2500 * time.Millisecond)
+	stop()
+	f.Sim.SetCommandDelay(0)
+	simtest.WaitFor(t, 20*time.Second, "every command answered", func() bool { return f.Sim.Pending() == 0 })
+	if subs := f.viewerSubs(); len(subs) != 0 {
+		t.Errorf("subscriptions left after the viewer stopped: %+v", subs)
+	}
+	for _, k := range keys {
+		if st := f.status(t, k); st.State != reconciler.StateStopped {
+			t.Errorf("status of %s after the viewer stopped: %+v", k, st)
+		}
+	}
+}
+
+// A subscribe the media server answers only after the command's timeout still makes a subscription:
+// the viewer, which retried, ends the one it gave up on when its late answer comes, instead of
+// leaving it on the media server unknown to anyone.
+func TestViewerEndsASubscriptionAnsweredTooLate(t *testing.T) {
+	f := setup(t)
+	v, _ := f.viewer(t)
+	f.Sim.SetCommandDelay(capabilities.DefaultRequestTimeout + time.Second)
+	key, err := v.Want(t.Context(), src, "video", variant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.WaitFor(t, 10*time.Second, "the subscribe under way", func() bool { return f.Sim.Pending() > 0 })
+	f.Sim.SetCommandDelay(0) // the first subscribe still waits out its delay; the retry does not
+	simtest.WaitFor(t, 20*time.Second, "active", func() bool { return f.status(t, key).State == reconciler.StateActive })
+	simtest.WaitFor(t, 10*time.Second, "every command answered", func() bool { return f.Sim.Pending() == 0 })
+	id, _ := v.Subscription(key)
+	simtest.WaitFor(t, 10*time.Second, "only the viewer's known subscription left", func() bool {
+		subs := f.viewerSubs()
+		return len(subs) == 1 && subs[0].ID == id
+	})
+}

@@ -1,0 +1,98 @@
+package capabilities_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keeppeek/coordination/capabilities"
+	"github.com/keeppeek/coordination/capabilities/sim"
+)
+
+// waitUntil polls cond (the simulator's state has no events to await) for at most 10 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A command given up on (its context ended before a slow media server answered) is followed to its
+// answer, and what the late answer made is undone: nothing is left that nobody knows of.
+func TestGivenUpCommandsAreUndoneWhenAnsweredLate(t *testing.T) {
+	e := newEnv(t, sim.Options{})
+	alice, bob := e.commands("alice"), e.commands("bob")
+	e.publish(alice, "browser-h264-720p")
+	waitUntil(t, "variant READY", func() bool {
+		v, ok := e.sim.Capabilities().Variant("front-door", "video", "browser-h264-720p")
+		return ok && v.State == capabilities.StateReady
+	})
+	e.sim.SetCommandDelay(time.Second)
+	var mu sync.Mutex
+	var undoErrs []error
+	onUndo := func(err error) { mu.Lock(); undoErrs = append(undoErrs, err); mu.Unlock() }
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		waitUntil(t, "the subscribe under way", func() bool { return e.sim.Pending() > 0 })
+		cancel()
+	}()
+	_, err := bob.SubscribeOrUndo(ctx, capabilities.SubscribeRequest{SessionID: e.session("front-door"), StreamID: "video",
+		VariantID: "browser-h264-720p"}, onUndo)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("SubscribeOrUndo given up on: %v, want context.Canceled", err)
+	}
+	short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancelShort()
+	_, err = alice.StartPublicationOrUndo(short, startReq(e, "browser-h264-1080p", capabilities.RecordingModeDisabled), onUndo)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("StartPublicationOrUndo past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+	e.sim.SetCommandDelay(0)
+	waitUntil(t, "the late answers undone", func() bool {
+		for _, p := range e.sim.Publications() {
+			if p.VariantID == "browser-h264-1080p" {
+				return false
+			}
+		}
+		return len(e.sim.Subscriptions()) == 0 && e.sim.Pending() == 0
+	})
+	var made, undone int
+	for _, c := range e.sim.Commands() {
+		switch c.Command {
+		case capabilities.CommandSubscribe, capabilities.CommandStartPublication:
+			if c.Reply.OK {
+				made++
+			}
+		case capabilities.CommandUnsubscribe, capabilities.CommandStopPublication:
+			if c.Reply.OK {
+				undone++
+			}
+		}
+	}
+	// The first publication (the fixture's) stays: made counts it, undone does not.
+	mu.Lock()
+	defer mu.Unlock()
+	if made != 3 || undone != 2 || undoErrs != nil {
+		t.Fatalf("%d made, %d undone, undo errors %v; want 3 made (one the fixture's), 2 undone, no errors", made, undone, undoErrs)
+	}
+}
+
+// An answer in time is the command's own: nothing is undone.
+func TestCommandsAnsweredInTimeAreKept(t *testing.T) {
+	e := newEnv(t, sim.Options{})
+	alice := e.commands("alice")
+	rep, err := alice.StartPublicationOrUndo(ctxT(t), startReq(e, "browser-h264-720p", capabilities.RecordingModeDisabled), nil)
+	if err != nil || rep.PublicationID == "" {
+		t.Fatalf("StartPublicationOrUndo: %+v, %v", rep, err)
+	}
+	if pubs := e.sim.Publications(); len(pubs) != 1 || pubs[0].ID != rep.PublicationID {
+		t.Fatalf("publications %+v, want only %s", pubs, rep.PublicationID)
+	}
+}
