@@ -9,12 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
 	"github.com/nats-io/nkeys"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/keeppeek/coordination/internal/settingsfile"
 	"github.com/keeppeek/coordination/store/policy"
@@ -201,6 +203,9 @@ func (c *Config) Validate() error {
 		if (p.Password == "") == (p.Nkey == "") {
 			return fmt.Errorf("principal %q: set exactly one of password and nkey", p.ID)
 		}
+		if err := checkBcrypt(p.Password); err != nil {
+			return fmt.Errorf("principal %q: %w", p.ID, err)
+		}
 		if p.Nkey != "" && !nkeys.IsValidPublicUserKey(p.Nkey) {
 			return fmt.Errorf("principal %q: nkey must be a user public key (U..., as `nsc` or `nk -gen user -pubout` print it)", p.ID)
 		}
@@ -216,6 +221,30 @@ func (c *Config) Validate() error {
 		if !wire.ValidNamespace(ns) || ns == string(wire.KindSystem) {
 			return fmt.Errorf("state_store.settings: %q is not a namespace that can be settings-backed", ns)
 		}
+	}
+	return nil
+}
+
+// bcryptHashLen is the length of every bcrypt hash: $2a$, the cost, $, 22 characters of salt and 31
+// of hash.
+const bcryptHashLen = 60
+
+// natsBcrypt is how nats-server tells a bcrypt hash from a plain password (server/auth.go).
+var natsBcrypt = regexp.MustCompile(`^\$2[abxy]\$\d{2}\$.*`)
+
+// checkBcrypt refuses a password that nats-server would take for a bcrypt hash but that is not a whole
+// one (a hash cut short, or a plain password of that shape): NATS would compare every client's
+// password against it as a hash, and its principal could never log in.
+func checkBcrypt(password string) error {
+	if !natsBcrypt.MatchString(password) {
+		return nil
+	}
+	_, err := bcrypt.Cost([]byte(password))
+	if err == nil && len(password) != bcryptHashLen {
+		err = fmt.Errorf("%d characters", len(password))
+	}
+	if err != nil {
+		return fmt.Errorf("password starts like a bcrypt hash ($2a$NN$...), so NATS reads it as one, but it is not a whole one (%v): paste the whole hash (%d characters), or choose a plain password of another shape", err, bcryptHashLen)
 	}
 	return nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"hash/fnv"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,6 +20,10 @@ import (
 // 17,000 on 32 here: go test ./store/server -bench Heartbeats).
 const heartbeatLanes = 32
 
+// heartbeatsWaiting bounds, per lane, the workers whose heartbeat waits to be handled; past it a
+// heartbeat is dropped (and counted) rather than hold back the subscription every worker shares.
+const heartbeatsWaiting = 256
+
 // serverPrincipal reads the system namespace on the server's own behalf.
 var serverPrincipal = policy.Principal{ID: "stated", Admin: true}
 
@@ -26,9 +32,103 @@ var serverPrincipal = policy.Principal{ID: "stated", Admin: true}
 // only pushes the deadline. Heartbeats that do not parse or break a rule are dropped and counted.
 // Each worker's heartbeats are handled one at a time, in arrival order, so its read-compare-write never
 // races its own next heartbeat; different workers' run on several lanes at once, so their keepalives
-// share commits.
+// share commits. A worker's heartbeat that arrives while an earlier one of it still waits replaces
+// that one (counted superseded): each carries the worker's whole state, so the newest says all, and a
+// worker that heartbeats faster than the store commits (every heartbeat is a commit) never queues
+// more than one, nor holds back, behind its own backlog, the heartbeats of every other worker.
 func (s *Server) onHeartbeat(msg *nats.Msg) {
-	s.hbLanes.run(msg.Subject, func() { s.handleHeartbeat(msg) })
+	outcome := ""
+	switch s.hbLanes.offer(msg.Subject, func() { s.handleHeartbeat(msg) }) {
+	case offerSuperseded:
+		outcome = "superseded"
+	case offerFull:
+		outcome = "dropped"
+		s.opts.Logger.Debug("heartbeat dropped: too many workers' heartbeats wait", "subject", msg.Subject)
+	}
+	if m := s.opts.Metrics; m != nil && outcome != "" {
+		m.Heartbeats.WithLabelValues(outcome).Inc()
+	}
+}
+
+// latestLanes run functions in order per key and in parallel across keys, as lanes do, but keep at most
+// one function waiting per key: one offered while another of its key waits takes its place. offer
+// never blocks, so one key's backlog never holds back the others'.
+type latestLanes struct {
+	n       int // lanes
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	waiting map[string]func() // per key, the function to run when the key's turn comes
+	chs     []chan string     // per lane, the keys whose turn is to come, each at most once
+	wg      sync.WaitGroup
+}
+
+// offerResult says what offer did with a function.
+type offerResult int
+
+const (
+	offerQueued     offerResult = iota // it waits for its turn
+	offerSuperseded                    // it took the place of a waiting function of its key
+	offerFull                          // dropped: its lane has no room for another key
+	offerClosed                        // dropped: the lanes are closed
+)
+
+// offer hands fn over to run after the functions of key already running; a waiting function of key
+// is replaced.
+func (l *latestLanes) offer(key string, fn func()) offerResult {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return offerClosed
+	}
+	if !l.started {
+		l.started = true
+		l.waiting = map[string]func(){}
+		l.chs = make([]chan string, l.n)
+		for i := range l.chs {
+			ch := make(chan string, heartbeatsWaiting)
+			l.chs[i] = ch
+			l.wg.Go(func() {
+				for key := range ch {
+					l.mu.Lock()
+					fn := l.waiting[key]
+					delete(l.waiting, key)
+					l.mu.Unlock()
+					if fn != nil { // nil: dropped by close
+						fn()
+					}
+				}
+			})
+		}
+	}
+	if _, ok := l.waiting[key]; ok {
+		l.waiting[key] = fn
+		return offerSuperseded
+	}
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	ch := l.chs[h.Sum32()%uint32(len(l.chs))]
+	if len(ch) == cap(ch) {
+		return offerFull
+	}
+	l.waiting[key] = fn
+	ch <- key // room checked under mu, which every send holds: it does not block
+	return offerQueued
+}
+
+// close drops the functions still waiting and ends the lanes; wg is done when the running ones have
+// returned.
+func (l *latestLanes) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.closed = true
+	clear(l.waiting)
+	for _, ch := range l.chs {
+		close(ch)
+	}
 }
 
 func (s *Server) handleHeartbeat(msg *nats.Msg) {

@@ -80,7 +80,7 @@ type Server struct {
 	backups  backups
 	slots    chan struct{} // one per request being handled off the lanes (MaxConcurrentRequests)
 	lanes    lanes         // acks and unwatches, ordered per principal
-	hbLanes  lanes         // heartbeats, ordered per worker
+	hbLanes  latestLanes   // heartbeats, ordered per worker, the newest waiting one only
 	activity atomic.Uint64 // requests handled
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -120,7 +120,7 @@ func New(st *store.Store, nc *nats.Conn, opts Options) (*Server, error) {
 	if err := checkPayload(st.Bounds(), nc.MaxPayload()); err != nil {
 		return nil, err
 	}
-	s := &Server{st: st, nc: nc, opts: opts, hbLanes: lanes{n: heartbeatLanes}, slots: make(chan struct{}, opts.MaxConcurrentRequests)}
+	s := &Server{st: st, nc: nc, opts: opts, hbLanes: latestLanes{n: heartbeatLanes}, slots: make(chan struct{}, opts.MaxConcurrentRequests)}
 	if err := s.setPrincipals(opts.Principals); err != nil {
 		return nil, err
 	}
@@ -208,7 +208,8 @@ func (s *Server) Principal(id string) (policy.Principal, bool) {
 	return p, ok
 }
 
-// Start registers the micro service and the heartbeat subscription.
+// Start registers the micro service and the heartbeat subscription. It fails if NATS refuses any of
+// their subscriptions to the connection's user (an external server's permissions for stated).
 func (s *Server) Start() error {
 	if s.opts.BackupDir != "" {
 		if err := os.MkdirAll(s.opts.BackupDir, 0o700); err != nil {
@@ -245,12 +246,25 @@ func (s *Server) Start() error {
 		_ = svc.Stop()
 		return fmt.Errorf("server: heartbeat subscription: %w", err)
 	}
+	// NATS answers a subscription its user may not make with an asynchronous error, which has come
+	// by the time the flush's answer has: a server deaf to requests or heartbeats must not start.
+	if err := s.nc.Flush(); err != nil {
+		_ = svc.Stop()
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("server: flush: %w", err)
+	}
+	if err := s.nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), "Subscription") {
+		_ = svc.Stop()
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("server: the NATS user may not subscribe to what the server serves (give it every subject under %s. and $SRV.>): %w",
+			s.opts.Prefix, err)
+	}
 	s.svc, s.hbSub = svc, sub
 	if s.opts.Interest != nil {
 		s.swept = make(chan struct{})
 		go s.sweep()
 	}
-	return s.nc.Flush()
+	return nil
 }
 
 // sweep drops, every SweepInterval, the watches whose delivery subject had no subscriber at this look
@@ -363,7 +377,6 @@ func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 
 // lanes run functions in order per key and in parallel across keys.
 type lanes struct {
-	n      int // lanes; 0: laneCount
 	once   sync.Once
 	mu     sync.RWMutex // run holds it shared while it hands a function over; stop exclusively
 	closed bool
@@ -381,16 +394,12 @@ func (l *lanes) quitting() chan struct{} {
 	return l.quit
 }
 
-// laneCount is how many lanes a lanes has unless it says otherwise.
+// laneCount is how many lanes a lanes has.
 const laneCount = 8
 
 func (l *lanes) run(key string, fn func()) {
 	l.once.Do(func() {
-		n := l.n
-		if n == 0 {
-			n = laneCount
-		}
-		l.chs = make([]chan func(), n)
+		l.chs = make([]chan func(), laneCount)
 		for i := range l.chs {
 			ch := make(chan func(), 256)
 			l.chs[i] = ch

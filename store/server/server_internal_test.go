@@ -51,9 +51,12 @@ func startServer(t *testing.T, opts Options) *Server {
 func TestStopWaitsForBusyLanesOnlyWithinItsContext(t *testing.T) {
 	s := startServer(t, Options{})
 	release := make(chan struct{})
-	for _, l := range []*lanes{&s.lanes, &s.hbLanes} {
+	for _, run := range []func(fn func()){
+		func(fn func()) { s.lanes.run("kp.state.v1.coordinator", fn) },
+		func(fn func()) { s.hbLanes.offer("kp.heartbeat.v1.alice.w1", fn) },
+	} {
 		running := make(chan struct{})
-		l.run("kp.state.v1.coordinator", func() { close(running); <-release })
+		run(func() { close(running); <-release })
 		<-running
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -76,22 +79,22 @@ func TestStopWaitsForBusyLanesOnlyWithinItsContext(t *testing.T) {
 }
 
 // Stop is bounded by its context even when a lane is full and a run is blocked handing it another
-// function (heartbeats keep coming while the disk stalls every commit): closing the lanes must not
-// wait for room in a lane that is not draining.
+// function (acks keep coming while the store stalls them): closing the lanes must not wait for room
+// in a lane that is not draining.
 func TestStopWithAFullLaneIsBoundedByItsContext(t *testing.T) {
 	s := startServer(t, Options{})
 	release := make(chan struct{})
 	running := make(chan struct{})
-	const key = "kp.heartbeat.v1.alice.w1"
-	s.hbLanes.run(key, func() { close(running); <-release })
+	const key = "kp.state.v1.alice"
+	s.lanes.run(key, func() { close(running); <-release })
 	<-running
-	for range cap(s.hbLanes.chs[0]) { // fill the lane behind the busy function
-		s.hbLanes.run(key, func() {})
+	for range cap(s.lanes.chs[0]) { // fill the lane behind the busy function
+		s.lanes.run(key, func() {})
 	}
 	blocked := make(chan struct{})
-	go func() { // the next heartbeat's hand-over waits for room
+	go func() { // the next ack's hand-over waits for room
 		defer close(blocked)
-		s.hbLanes.run(key, func() {})
+		s.lanes.run(key, func() {})
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -112,7 +115,7 @@ func TestStopWithAFullLaneIsBoundedByItsContext(t *testing.T) {
 	if !returned {
 		<-stopped
 	}
-	s.hbLanes.wg.Wait()
+	s.lanes.wg.Wait()
 }
 
 // Bounds a NATS message could not carry (a document of max_document_bytes with its envelope, a watch
