@@ -20,9 +20,11 @@ import (
 // 17,000 on 32 here: go test ./store/server -bench Heartbeats).
 const heartbeatLanes = 32
 
-// heartbeatsWaiting bounds, per lane, the workers whose heartbeat waits to be handled; past it a
-// heartbeat is dropped (and counted) rather than hold back the subscription every worker shares.
-const heartbeatsWaiting = 256
+// heartbeatsWaiting bounds, per principal, the workers whose heartbeat waits to be handled; past it a
+// heartbeat of a further worker of that principal is dropped (and counted) rather than hold back, or
+// crowd out, the heartbeats of every other principal's workers. A fleet that starts more workers at once
+// loses some first heartbeats; their next ones come an interval later.
+const heartbeatsWaiting = 1024
 
 // serverPrincipal reads the system namespace on the server's own behalf.
 var serverPrincipal = policy.Principal{ID: "stated", Admin: true}
@@ -35,32 +37,61 @@ var serverPrincipal = policy.Principal{ID: "stated", Admin: true}
 // share commits. A worker's heartbeat that arrives while an earlier one of it still waits replaces
 // that one (counted superseded): each carries the worker's whole state, so the newest says all, and a
 // worker that heartbeats faster than the store commits (every heartbeat is a commit) never queues
-// more than one, nor holds back, behind its own backlog, the heartbeats of every other worker.
+// more than one, nor holds back, behind its own backlog, the heartbeats of every other worker. The
+// principals whose workers wait on a lane take turns, one heartbeat each, and each has at most
+// heartbeatsWaiting workers waiting: a principal that starts (or forges) thousands of workers at once
+// delays another principal's heartbeat by at most one of its own per turn, and never has it dropped.
+// The handler never waits: a heartbeat is handed over, or dropped, at once.
 func (s *Server) onHeartbeat(msg *nats.Msg) {
 	outcome := ""
-	switch s.hbLanes.offer(msg.Subject, func() { s.handleHeartbeat(msg) }) {
-	case offerSuperseded:
-		outcome = "superseded"
-	case offerFull:
+	toks, err := wire.SubjectTokens(msg.Subject, s.opts.Prefix, "heartbeat.v1", 2)
+	if err == nil {
+		if _, ok := s.Principal(toks[0]); !ok {
+			// No lane keeps turns for a principal that is not configured (only a NATS without
+			// identities lets anyone publish as one).
+			err = errors.New("unknown principal")
+		}
+	}
+	if err != nil {
 		outcome = "dropped"
-		s.opts.Logger.Debug("heartbeat dropped: too many workers' heartbeats wait", "subject", msg.Subject)
+		s.opts.Logger.Debug("heartbeat dropped", "subject", msg.Subject, "err", err)
+	} else {
+		switch s.hbLanes.offer(toks[0], msg.Subject, func() { s.handleHeartbeat(msg) }) {
+		case offerSuperseded:
+			outcome = "superseded"
+		case offerFull, offerClosed:
+			outcome = "dropped"
+			s.opts.Logger.Debug("heartbeat dropped: too many of its principal's workers' heartbeats wait, or the server is stopping",
+				"subject", msg.Subject)
+		}
 	}
 	if m := s.opts.Metrics; m != nil && outcome != "" {
 		m.Heartbeats.WithLabelValues(outcome).Inc()
 	}
 }
 
-// latestLanes run functions in order per key and in parallel across keys, as lanes do, but keep at most
-// one function waiting per key: one offered while another of its key waits takes its place. offer
-// never blocks, so one key's backlog never holds back the others'.
+// latestLanes run functions in order per key and in parallel across keys, as queues do, but keep at
+// most one function waiting per key: one offered while another of its key waits takes its place. Each
+// key belongs to a group (a worker to its principal); the groups with keys waiting on a lane take
+// turns there, one key each, and a group has at most limit keys waiting in all. offer never blocks,
+// so one key's or one group's backlog never holds back the others'.
 type latestLanes struct {
 	n       int // lanes
+	limit   int // keys waiting per group
 	mu      sync.Mutex
 	started bool
 	closed  bool
 	waiting map[string]func() // per key, the function to run when the key's turn comes
-	chs     []chan string     // per lane, the keys whose turn is to come, each at most once
+	groups  map[string]int    // per group, its keys waiting
+	lanes   []*lane
 	wg      sync.WaitGroup
+}
+
+// lane is one of latestLanes' lanes: the keys waiting on it, by group, and the groups' turns.
+type lane struct {
+	wake  chan struct{}       // signalled (capacity 1) when a key is added; closed by close
+	turns []string            // the groups with keys waiting here, in the order of their turns
+	keys  map[string][]string // per group, its keys waiting here, in arrival order
 }
 
 // offerResult says what offer did with a function.
@@ -69,13 +100,13 @@ type offerResult int
 const (
 	offerQueued     offerResult = iota // it waits for its turn
 	offerSuperseded                    // it took the place of a waiting function of its key
-	offerFull                          // dropped: its lane has no room for another key
+	offerFull                          // dropped: its group has as many keys waiting as it may
 	offerClosed                        // dropped: the lanes are closed
 )
 
-// offer hands fn over to run after the functions of key already running; a waiting function of key
-// is replaced.
-func (l *latestLanes) offer(key string, fn func()) offerResult {
+// offer hands fn over to run after the functions of key (of group) already running; a waiting
+// function of key is replaced.
+func (l *latestLanes) offer(group, key string, fn func()) offerResult {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -84,36 +115,68 @@ func (l *latestLanes) offer(key string, fn func()) offerResult {
 	if !l.started {
 		l.started = true
 		l.waiting = map[string]func(){}
-		l.chs = make([]chan string, l.n)
-		for i := range l.chs {
-			ch := make(chan string, heartbeatsWaiting)
-			l.chs[i] = ch
-			l.wg.Go(func() {
-				for key := range ch {
-					l.mu.Lock()
-					fn := l.waiting[key]
-					delete(l.waiting, key)
-					l.mu.Unlock()
-					if fn != nil { // nil: dropped by close
-						fn()
-					}
-				}
-			})
+		l.groups = map[string]int{}
+		l.lanes = make([]*lane, l.n)
+		for i := range l.lanes {
+			ln := &lane{wake: make(chan struct{}, 1), keys: map[string][]string{}}
+			l.lanes[i] = ln
+			l.wg.Go(func() { l.run(ln) })
 		}
 	}
 	if _, ok := l.waiting[key]; ok {
 		l.waiting[key] = fn
 		return offerSuperseded
 	}
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	ch := l.chs[h.Sum32()%uint32(len(l.chs))]
-	if len(ch) == cap(ch) {
+	if l.groups[group] >= l.limit {
 		return offerFull
 	}
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	ln := l.lanes[h.Sum32()%uint32(len(l.lanes))]
+	if len(ln.keys[group]) == 0 {
+		ln.turns = append(ln.turns, group)
+	}
+	ln.keys[group] = append(ln.keys[group], key)
+	l.groups[group]++
 	l.waiting[key] = fn
-	ch <- key // room checked under mu, which every send holds: it does not block
+	select {
+	case ln.wake <- struct{}{}:
+	default: // already signalled
+	}
 	return offerQueued
+}
+
+// run runs ln's keys' functions, one key of each group in turn, until the lanes close.
+func (l *latestLanes) run(ln *lane) {
+	for {
+		l.mu.Lock()
+		if len(ln.turns) == 0 {
+			closed := l.closed
+			l.mu.Unlock()
+			if closed {
+				return
+			}
+			<-ln.wake
+			continue
+		}
+		group := ln.turns[0]
+		ln.turns = ln.turns[1:]
+		keys := ln.keys[group]
+		key := keys[0]
+		if len(keys) == 1 {
+			delete(ln.keys, group)
+		} else {
+			ln.keys[group] = keys[1:]
+			ln.turns = append(ln.turns, group) // its next key waits for the other groups' turns
+		}
+		if l.groups[group]--; l.groups[group] == 0 {
+			delete(l.groups, group)
+		}
+		fn := l.waiting[key]
+		delete(l.waiting, key)
+		l.mu.Unlock()
+		fn()
+	}
 }
 
 // close drops the functions still waiting and ends the lanes; wg is done when the running ones have
@@ -126,8 +189,11 @@ func (l *latestLanes) close() {
 	}
 	l.closed = true
 	clear(l.waiting)
-	for _, ch := range l.chs {
-		close(ch)
+	clear(l.groups)
+	for _, ln := range l.lanes {
+		ln.turns = nil
+		clear(ln.keys)
+		close(ln.wake)
 	}
 }
 

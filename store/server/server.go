@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"os"
 	"strings"
@@ -42,11 +41,12 @@ type Options struct {
 	// RequestTimeout bounds how long one request may wait on the engine. Default 30 s. A request that
 	// reaches it gets no reply: a write may still commit, so no error code would be true.
 	RequestTimeout time.Duration
-	// MaxConcurrentRequests bounds how many requests (other than acks and unwatches, which run on
-	// ordered lanes) are handled at once. Default 1024, as many as one commit takes. Past it, an
-	// endpoint takes its next request only when one ends: the rest wait in NATS (which drops them,
-	// as from any slow consumer, past its pending limits) instead of each holding a goroutine and its
-	// body in stated's memory while a flood of requests waits for a slow disk.
+	// MaxConcurrentRequests bounds how many requests (other than acks and unwatches, which wait in
+	// bounded queues per principal and are refused RESOURCE_EXHAUSTED past them: see Server.handler)
+	// are handled at once. Default 1024, as many as one commit takes. Past it, an endpoint takes its
+	// next request only when one ends: the rest wait in NATS (which drops them, as from any slow
+	// consumer, past its pending limits) instead of each holding a goroutine and its body in stated's
+	// memory while a flood of requests waits for a slow disk.
 	MaxConcurrentRequests int
 	// BackupDir holds the files of opened admin backups (statectl backup), each removed when closed,
 	// after two idle minutes, or at Stop. Set, it is the server's own: Start removes backup files a
@@ -78,8 +78,8 @@ type Server struct {
 	inflight sync.RWMutex
 	stopped  bool
 	backups  backups
-	slots    chan struct{} // one per request being handled off the lanes (MaxConcurrentRequests)
-	lanes    lanes         // acks and unwatches, ordered per principal
+	slots    chan struct{} // one per request being handled off the queues (MaxConcurrentRequests)
+	queues   queues        // acks and unwatches, ordered per principal
 	hbLanes  latestLanes   // heartbeats, ordered per worker, the newest waiting one only
 	activity atomic.Uint64 // requests handled
 	ctx      context.Context
@@ -120,7 +120,8 @@ func New(st *store.Store, nc *nats.Conn, opts Options) (*Server, error) {
 	if err := checkPayload(st.Bounds(), nc.MaxPayload()); err != nil {
 		return nil, err
 	}
-	s := &Server{st: st, nc: nc, opts: opts, hbLanes: latestLanes{n: heartbeatLanes}, slots: make(chan struct{}, opts.MaxConcurrentRequests)}
+	s := &Server{st: st, nc: nc, opts: opts, hbLanes: latestLanes{n: heartbeatLanes, limit: heartbeatsWaiting},
+		queues: queues{limit: ackQueueLimit(st.Bounds())}, slots: make(chan struct{}, opts.MaxConcurrentRequests)}
 	if err := s.setPrincipals(opts.Principals); err != nil {
 		return nil, err
 	}
@@ -315,11 +316,11 @@ func (s *Server) Stop(ctx context.Context) error {
 		if s.hbSub != nil {
 			err = errors.Join(err, s.hbSub.Unsubscribe())
 		}
-		s.lanes.close()
+		s.queues.close()
 		s.hbLanes.close()
 		done := make(chan struct{})
 		go func() {
-			s.lanes.wg.Wait() // what the lanes hold waits for the store like any request: within ctx
+			s.queues.wg.Wait() // what the queues hold waits for the store like any request: within ctx
 			s.hbLanes.wg.Wait()
 			s.inflight.Lock()
 			s.stopped = true
@@ -352,19 +353,43 @@ func (s *Server) Stop(ctx context.Context) error {
 
 // handler returns the micro handler of op. Every request but acks and unwatches runs on its own
 // goroutine (at most MaxConcurrentRequests at once), so concurrent writers share group commits and
-// readers use every core. Acks and unwatches
-// keep their arrival order per principal: each principal's go to one of a few ordered lanes.
+// readers use every core. Acks and unwatches are handled in their arrival order per principal: each
+// principal's wait in a queue of its own (see queues), handled beside other principals' queues. The
+// handler hands them over without ever waiting, so one principal's backlog never holds back the
+// subscription that every principal's acks share, and so never another principal's acks (nor, past
+// nats.go's pending limits, has them dropped). An ack or unwatch of a principal that already has
+// ackQueueLimit waiting is answered RESOURCE_EXHAUSTED at once: it was not handled, nothing changed,
+// and the client may send it again once its earlier ones are answered (an ack names the highest
+// applied sequence, so a later ack covers a refused one). The requests that are handled keep their
+// order; a refused one's answer may come before those of earlier ones still waiting.
 func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 	return func(req micro.Request) {
 		switch op {
 		case wire.OpAck, wire.OpUnwatch:
-			// The principal is the token before the op: <prefix...>.state.v1.<principal>.<op>; the
-			// subject without its last token keeps one principal on one lane.
-			key := req.Subject()
-			if i := strings.LastIndexByte(key, '.'); i > 0 {
-				key = key[:i]
+			toks, err := wire.SubjectTokens(req.Subject(), s.opts.Prefix, "state.v1", 2)
+			if err != nil {
+				s.serve(op, req) // INVALID_ARGUMENT, without the engine
+				return
 			}
-			s.lanes.run(key, func() { s.serve(op, req) })
+			if _, known := s.Principal(toks[0]); !known {
+				// Answered without the engine (INVALID_ARGUMENT or PERMISSION_DENIED), and no
+				// queue is kept for a principal that only a NATS without identities lets anyone
+				// name: the queues stay as many as the configured principals.
+				s.serve(op, req)
+				return
+			}
+			switch s.queues.offer(toks[0], func() { s.serve(op, req) }) {
+			case offerFull:
+				err := s.st.Serving() // SPEC section 5, check (0), comes first
+				if err == nil {
+					err = wire.Errorf(wire.CodeResourceExhausted,
+						"principal %s has %d acks and unwatches waiting to be handled: this one was not taken; send it again once earlier ones are answered",
+						toks[0], s.queues.limit)
+				}
+				s.refuse(op, req, err)
+			case offerClosed:
+				s.refuse(op, req, wire.Errorf(wire.CodeUnavailable, "the server is stopping"))
+			}
 		default:
 			s.slots <- struct{}{} // a free slot first: past the bound, requests wait in NATS
 			go func() {
@@ -375,73 +400,97 @@ func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 	}
 }
 
-// lanes run functions in order per key and in parallel across keys.
-type lanes struct {
-	once   sync.Once
-	mu     sync.RWMutex // run holds it shared while it hands a function over; stop exclusively
-	closed bool
-	chs    []chan func()
-	wg     sync.WaitGroup
-	// quit is closed when close begins: a run waiting for room in a full lane (its functions stuck
-	// on the store) gives up on the lane rather than hold close, and so Stop, past its context.
-	quitOnce  sync.Once
-	closeOnce sync.Once
-	quit      chan struct{}
+// ackQueueLimit is how many acks and unwatches of one principal may wait to be handled: two for each
+// watch it may hold (max_watches_per_principal), at least 1,024. A client that waits for each answer
+// before it sends the next ack or unwatch of a watch (as store/client's Cache does) never reaches it;
+// one that floods them is refused past it.
+func ackQueueLimit(b wire.Bounds) int {
+	return int(max(1024, 2*min(b.MaxWatchesPerPrincipal, 1<<20)))
 }
 
-func (l *lanes) quitting() chan struct{} {
-	l.quitOnce.Do(func() { l.quit = make(chan struct{}) })
-	return l.quit
+// queues run functions in order per key (a principal) and in parallel across keys, each key's on a
+// goroutine of its own that lives while the key has functions waiting. At most limit functions of one
+// key wait (besides the one running); offer never blocks, so a key whose functions are slow, or that
+// offers them faster than they run, holds back only its own.
+type queues struct {
+	limit   int
+	mu      sync.Mutex
+	closed  bool
+	waiting map[string][]func() // per key with a goroutine, the functions after the running one
+	wg      sync.WaitGroup
 }
 
-// laneCount is how many lanes a lanes has.
-const laneCount = 8
+// offer hands fn over to run after the functions of key offered before it: offerQueued, offerFull
+// (key already has limit functions waiting: fn is not taken) or offerClosed (fn is not taken).
+func (q *queues) offer(key string, fn func()) offerResult {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return offerClosed
+	}
+	if q.waiting == nil {
+		q.waiting = map[string][]func(){}
+	}
+	fns, busy := q.waiting[key]
+	if !busy {
+		q.waiting[key] = []func(){}
+		q.wg.Go(func() { q.drain(key, fn) })
+		return offerQueued
+	}
+	if len(fns) >= q.limit {
+		return offerFull
+	}
+	q.waiting[key] = append(fns, fn)
+	return offerQueued
+}
 
-func (l *lanes) run(key string, fn func()) {
-	l.once.Do(func() {
-		l.chs = make([]chan func(), laneCount)
-		for i := range l.chs {
-			ch := make(chan func(), 256)
-			l.chs[i] = ch
-			l.wg.Add(1)
-			go func() {
-				defer l.wg.Done()
-				for f := range ch {
-					f()
-				}
-			}()
+// drain runs fn, then key's waiting functions in order, and returns when none is left.
+func (q *queues) drain(key string, fn func()) {
+	for {
+		fn()
+		q.mu.Lock()
+		fns := q.waiting[key]
+		if len(fns) == 0 {
+			delete(q.waiting, key)
+			q.mu.Unlock()
+			return
 		}
-	})
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed || l.chs == nil {
-		// A request that raced the stop: it is answered UNAVAILABLE (a heartbeat, dropped). No lanes
-		// at all means close won the first run's once: it is about to mark them closed.
-		go fn()
+		fn = fns[0]
+		fns[0] = nil
+		q.waiting[key] = fns[1:]
+		q.mu.Unlock()
+	}
+}
+
+// close stops taking functions; those already taken still run, and wg is done when they have.
+func (q *queues) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+}
+
+// refuse answers a request that was not handled with err, as serve would (reply subject checked,
+// counted), at once.
+func (s *Server) refuse(op wire.Op, req micro.Request, err error) {
+	start := time.Now()
+	if !s.replyAllowed(req.Subject(), "state.v1", req.Reply()) {
+		if m := s.opts.Metrics; m != nil {
+			m.observeRequest(string(op), ReplyRefused, time.Since(start))
+		}
 		return
 	}
-	select {
-	case l.chs[h.Sum32()%uint32(len(l.chs))] <- fn:
-	case <-l.quitting():
-		go fn() // as after the close
+	id := wire.RequestIDOf(req.Data())
+	if id < 0 || id > wire.MaxSafeInteger {
+		id = 0
 	}
-}
-
-// close ends the lanes after the functions already queued; wg is done when they have run.
-func (l *lanes) close() {
-	l.once.Do(func() {})
-	quit := l.quitting()
-	l.closeOnce.Do(func() { close(quit) })
-	l.mu.Lock()
-	if !l.closed {
-		l.closed = true
-		for _, ch := range l.chs {
-			close(ch)
-		}
+	res := wire.ErrorResult(id, err)
+	bp := encodeBuffers.Get().(*[]byte)
+	*bp = wire.AppendResult((*bp)[:0], &res)
+	_ = req.Respond(*bp)
+	putEncodeBuffer(bp)
+	if m := s.opts.Metrics; m != nil {
+		m.observeRequest(string(op), string(res.Error.Code), time.Since(start))
 	}
-	l.mu.Unlock()
 }
 
 func (s *Server) serve(op wire.Op, req micro.Request) {

@@ -46,14 +46,14 @@ func startServer(t *testing.T, opts Options) *Server {
 	return s
 }
 
-// Stop waits for what the lanes hold (acks, unwatches, heartbeats) only until its context ends, as it
-// waits for any request: a lane stuck on the store never keeps a SIGTERM from finishing.
+// Stop waits for what the queues and lanes hold (acks, unwatches, heartbeats) only until its context
+// ends, as it waits for any request: a queue stuck on the store never keeps a SIGTERM from finishing.
 func TestStopWaitsForBusyLanesOnlyWithinItsContext(t *testing.T) {
 	s := startServer(t, Options{})
 	release := make(chan struct{})
 	for _, run := range []func(fn func()){
-		func(fn func()) { s.lanes.run("kp.state.v1.coordinator", fn) },
-		func(fn func()) { s.hbLanes.offer("kp.heartbeat.v1.alice.w1", fn) },
+		func(fn func()) { s.queues.offer("coordinator", fn) },
+		func(fn func()) { s.hbLanes.offer("alice", "kp.heartbeat.v1.alice.w1", fn) },
 	} {
 		running := make(chan struct{})
 		run(func() { close(running); <-release })
@@ -73,29 +73,27 @@ func TestStopWaitsForBusyLanesOnlyWithinItsContext(t *testing.T) {
 		t.Fatal("Stop waited for busy lanes past its context")
 	}
 	close(release)
-	// The lanes finish once released: nothing is left running (goleak checks at the end).
-	s.lanes.wg.Wait()
+	// The queues finish once released: nothing is left running (goleak checks at the end).
+	s.queues.wg.Wait()
 	s.hbLanes.wg.Wait()
 }
 
-// Stop is bounded by its context even when a lane is full and a run is blocked handing it another
-// function (acks keep coming while the store stalls them): closing the lanes must not wait for room
-// in a lane that is not draining.
-func TestStopWithAFullLaneIsBoundedByItsContext(t *testing.T) {
+// Stop is bounded by its context even when a principal's queue is full (acks keep coming while the
+// store stalls them): a request offered to a full queue is refused at once rather than wait for room,
+// so nothing waits on a queue that is not draining.
+func TestStopWithAFullQueueIsBoundedByItsContext(t *testing.T) {
 	s := startServer(t, Options{})
 	release := make(chan struct{})
 	running := make(chan struct{})
-	const key = "kp.state.v1.alice"
-	s.lanes.run(key, func() { close(running); <-release })
+	const key = "alice"
+	s.queues.offer(key, func() { close(running); <-release })
 	<-running
-	for range cap(s.lanes.chs[0]) { // fill the lane behind the busy function
-		s.lanes.run(key, func() {})
+	for range s.queues.limit { // fill the queue behind the busy function
+		s.queues.offer(key, func() {})
 	}
-	blocked := make(chan struct{})
-	go func() { // the next ack's hand-over waits for room
-		defer close(blocked)
-		s.lanes.run(key, func() {})
-	}()
+	if got := s.queues.offer(key, func() {}); got != offerFull {
+		t.Fatalf("offer to a full queue: %v, want offerFull", got)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	stopped := make(chan error, 1)
@@ -105,17 +103,16 @@ func TestStopWithAFullLaneIsBoundedByItsContext(t *testing.T) {
 	case err := <-stopped:
 		returned = true
 		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("Stop with a full, busy lane returned %v, want its context's deadline", err)
+			t.Errorf("Stop with a full, busy queue returned %v, want its context's deadline", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Error("Stop waited for room in a full lane past its context")
+		t.Error("Stop waited for a full queue past its context")
 	}
 	close(release)
-	<-blocked
 	if !returned {
 		<-stopped
 	}
-	s.lanes.wg.Wait()
+	s.queues.wg.Wait()
 }
 
 // Bounds a NATS message could not carry (a document of max_document_bytes with its envelope, a watch
