@@ -9,11 +9,12 @@
 // Watch is the raw watch primitive: a snapshot, then the updates and the final close in order. Cache is
 // what most code wants instead: a watch kept gap-free. It installs the snapshot, applies updates only in
 // exact sequence order, acknowledges them (one cumulative ack for the updates of up to 100 ms, or at
-// once when half the server's max_pending_updates wait; CacheOptions.AckDelay), and on a gap, a
-// close, a reconnect or anything it cannot make sense of, it watches again and swaps the new snapshot
-// in whole, so readers never see a cache that is half empty or that has skipped an update. A writer
-// waits for its own write with WaitForRevision. Revisions belong to the store's epoch (Cache.Epoch): a
-// restore starts a new one, and a wait for a revision of the old epoch ends with ErrEpochChanged.
+// once when half the server's max_pending_updates, at most 16, wait; CacheOptions.AckDelay), and on a
+// gap, a close, a reconnect or anything it cannot make sense of, it watches again and swaps the new
+// snapshot in whole, so readers never see a cache that is half empty or that has skipped an update. A
+// writer waits for its own write with WaitForRevision. Revisions belong to the store's epoch
+// (Cache.Epoch): a restore starts a new one, and a wait for a revision of the old epoch ends with
+// ErrEpochChanged.
 //
 // A watch request given up (its context ended) may still register the watch on the server; the client
 // waits for its reply in the background and unwatches what it registered, unless a later request for
