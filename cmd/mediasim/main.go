@@ -98,7 +98,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 
-	natsOpts := []nats.Option{nats.Name("keeppeek-mediasim"), nats.MaxReconnects(-1),
+	// Started before the NATS server is up (before stated, say), it waits for it instead of exiting.
+	natsOpts := []nats.Option{nats.Name("keeppeek-mediasim"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true),
+		nats.ConnectHandler(func(nc *nats.Conn) { log.Info("NATS connected", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS not reachable; retrying", "error", err) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "error", err) }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
 	}

@@ -26,7 +26,7 @@ func main() {
 	health := flag.String("health-listen", "127.0.0.1:9096", "HTTP address of /healthz (empty: none)")
 	flag.Parse()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	nc, err := conn.Dial("cvworker")
+	nc, err := conn.Dial("cvworker", internal.WaitForNATS(logger)...)
 	if err != nil {
 		logger.Error("connect", "err", err)
 		os.Exit(1)

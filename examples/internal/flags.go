@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"flag"
+	"log/slog"
 	"os"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -53,8 +55,8 @@ func ParseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // Dial connects as the principal with the inbox prefix its permissions allow.
-func (c Conn) Dial(name string) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name(name)}
+func (c Conn) Dial(name string, extra ...nats.Option) (*nats.Conn, error) {
+	opts := append([]nats.Option{nats.Name(name)}, extra...)
 	if *c.Password != "" {
 		opts = append(opts, nats.UserInfo(*c.User, *c.Password))
 	}
@@ -78,4 +80,15 @@ func WatchID(kind, workerID string) string {
 	}
 	sum := sha256.Sum256([]byte(id))
 	return id[:47] + "-" + hex.EncodeToString(sum[:8])
+}
+
+// WaitForNATS are the connect options of a process that serves until stopped (a worker, the
+// simulator): started before the NATS server is up (before stated, say), it waits for it instead of
+// exiting, and says so in log. A command that does one thing and exits connects without them and
+// fails at once.
+func WaitForNATS(log *slog.Logger) []nats.Option {
+	return []nats.Option{nats.RetryOnFailedConnect(true), nats.ReconnectWait(time.Second),
+		nats.ConnectHandler(func(nc *nats.Conn) { log.Info("NATS connected", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS not reachable; retrying", "err", err) }),
+	}
 }

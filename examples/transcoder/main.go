@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/keeppeek/coordination/examples/internal"
 	"github.com/keeppeek/coordination/examples/internal/transcode"
 	"github.com/keeppeek/coordination/store/client"
 )
@@ -31,7 +32,7 @@ func main() {
 	flag.Parse()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	opts := []nats.Option{}
+	opts := internal.WaitForNATS(logger)
 	if *password != "" {
 		opts = append(opts, nats.UserInfo(*user, *password))
 	}

@@ -22,7 +22,7 @@ func main() {
 	workerID := flag.String("worker-id", "viewer-1", "worker id")
 	flag.Parse()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	nc, err := conn.Dial("viewer")
+	nc, err := conn.Dial("viewer", internal.WaitForNATS(logger)...)
 	if err != nil {
 		logger.Error("connect", "err", err)
 		os.Exit(1)

@@ -296,3 +296,37 @@ func (w *watcher) stop(t *testing.T) {
 		t.Fatalf("%s after Ctrl-C: %v\n%s", w.p.name, w.p.err, w.p.logs())
 	}
 }
+
+// The simulator and a worker started before stated (a machine booting, a service manager that starts
+// them in any order) wait for its NATS server instead of exiting, and then do their work.
+func TestProcessesStartedBeforeStatedWaitForIt(t *testing.T) {
+	s := NewStated(t, Config{})
+	statectl := Binary(t, "statectl")
+	mediasim := Binary(t, "mediasim")
+	transcoder := Build(t, "./examples/transcoder", "transcoder")
+	coordinator := Build(t, "./examples/coordinator", "coordinator")
+	env := append(os.Environ(), "NATS_URL="+s.URL(), "STATECTL_NATS_URL="+s.URL())
+	sim := startProc(t, env, mediasim, "--nats-url", s.URL(), "--sources", "front-door")
+	tx := startProc(t, env, transcoder, "--worker-id", "tx-1")
+	s.Start()
+	runOK(t, env, coordinator, "publish", "front-door", "--variant", "browser-h264-720p")
+	deadline := time.Now().Add(commandTimeout)
+	for {
+		out, code := run(t, env, statectl, "get", "service/transcoder-a", "status/front-door-video-browser-h264-720p")
+		if code == 0 && strings.Contains(out, `"state": "active"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the status never became active: %s\nsimulator:\n%s\ntranscoder:\n%s", out, sim.logs(), tx.logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, p := range []*proc{tx, sim} {
+		if code := p.term(t); code != 0 {
+			t.Fatalf("%s exited %d\n%s", p.name, code, p.logs())
+		}
+	}
+	if code := s.Term(); code != 0 {
+		t.Fatalf("stated exited %d\n%s", code, s.Logs())
+	}
+}
