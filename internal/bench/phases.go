@@ -31,6 +31,15 @@ func (r *runner) serial(ctx context.Context) (SerialResult, error) {
 	ops := r.cfg.Owners * r.cfg.Rounds
 	r.logf("serial CAS: %d ops (%d owners x %d rounds) over one connection", ops, r.cfg.Owners, r.cfg.Rounds)
 	c := r.conns[0]
+	// The info requests also tell whether the metrics are this stated's: another one's (a default
+	// --metrics-url while --nats-url names another server) would count none of them, and its memory and
+	// commit figures would be reported as this one's.
+	var infoBefore float64
+	if r.cfg.MetricsURL != "" {
+		if infoBefore, err = r.infoCount(ctx); err != nil {
+			return SerialResult{}, err
+		}
+	}
 	rtt := make([]time.Duration, 0, rttRequests)
 	for range rttRequests {
 		start := time.Now()
@@ -38,6 +47,16 @@ func (r *runner) serial(ctx context.Context) (SerialResult, error) {
 			return SerialResult{}, fmt.Errorf("info: %w", err)
 		}
 		rtt = append(rtt, time.Since(start))
+	}
+	if r.cfg.MetricsURL != "" {
+		after, err := r.infoCount(ctx)
+		if err != nil {
+			return SerialResult{}, err
+		}
+		if after-infoBefore < rttRequests {
+			return SerialResult{}, fmt.Errorf("bench: %s counted %v of the %d info requests just sent: it is not the metrics of the stated at %s (set --metrics-url, or --metrics-url '' to skip them)",
+				r.cfg.MetricsURL, after-infoBefore, rttRequests, r.cfg.URL)
+		}
 	}
 	commits, err := r.startMeter(ctx, commitSum, commitCount)
 	if err != nil {
@@ -333,6 +352,24 @@ func residentBytes(ctx context.Context, url string, timeout time.Duration) (floa
 // metricValues reads the samples named names (without labels) from a Prometheus text endpoint, in
 // the order asked.
 func metricValues(ctx context.Context, url string, timeout time.Duration, names ...string) ([]float64, error) {
+	all, err := scrapeMetrics(ctx, url, timeout)
+	if err != nil {
+		return nil, err
+	}
+	values := make([]float64, len(names))
+	for i, name := range names {
+		v, ok := all[name]
+		if !ok {
+			return nil, fmt.Errorf("read metrics: %s has no %s (is it stated's /metrics?)", url, name)
+		}
+		values[i] = v
+	}
+	return values, nil
+}
+
+// scrapeMetrics reads every sample of a Prometheus text endpoint, keyed by its name with its labels
+// as the endpoint writes them.
+func scrapeMetrics(ctx context.Context, url string, timeout time.Duration) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -345,29 +382,39 @@ func metricValues(ctx context.Context, url string, timeout time.Duration, names 
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("read metrics: %s answers %s", url, resp.Status)
 	}
-	values := make([]float64, len(names))
-	found := make([]bool, len(names))
+	all := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) < 2 {
+		if len(f) < 2 || strings.HasPrefix(f[0], "#") {
 			continue
 		}
-		if i := slices.Index(names, f[0]); i >= 0 {
-			v, err := strconv.ParseFloat(f[1], 64)
-			if err != nil {
-				return nil, fmt.Errorf("read metrics: %s %q: %w", f[0], f[1], err)
-			}
-			values[i], found[i] = v, true
+		v, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			return nil, fmt.Errorf("read metrics: %s %q: %w", f[0], f[1], err)
 		}
+		all[f[0]] = v
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read metrics: %w", err)
 	}
-	if i := slices.Index(found, false); i >= 0 {
-		return nil, fmt.Errorf("read metrics: %s has no %s (is it stated's /metrics?)", url, names[i])
+	return all, nil
+}
+
+// infoServed is the series of stated's metrics that counts the info requests it answered.
+const infoServed = `state_requests_total{code="OK",op="info"}`
+
+// infoCount returns how many info requests the metrics endpoint's stated answered (0 before its
+// first).
+func (r *runner) infoCount(ctx context.Context) (float64, error) {
+	all, err := scrapeMetrics(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout)
+	if err != nil {
+		return 0, err
 	}
-	return values, nil
+	if _, ok := all["state_commit_duration_seconds_count"]; !ok {
+		return 0, fmt.Errorf("read metrics: %s has no state_commit_duration_seconds_count (is it stated's /metrics?)", r.cfg.MetricsURL)
+	}
+	return all[infoServed], nil
 }
 
 // meter reads some of stated's metrics at the start of a phase, so that since can tell how much each

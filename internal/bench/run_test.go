@@ -149,3 +149,27 @@ func TestRunChecksTheBoundsItWillMeet(t *testing.T) {
 		t.Errorf("the refused run wrote: namespace revision %d, was %d", after, before)
 	}
 }
+
+// Metrics of another stated (the default --metrics-url while --nats-url names a second server) are
+// refused, not reported as the measured server's memory and commits; the measured server's own are
+// used.
+func TestRunRefusesAnotherStatedsMetrics(t *testing.T) {
+	measured := e2e.NewStated(t, e2e.Config{})
+	measured.Start()
+	other := e2e.NewStated(t, e2e.Config{})
+	other.Start()
+	cfg := smallConfig(measured)
+	cfg.MetricsURL = other.HTTP() + "/metrics"
+	_, err := Run(ctxT(t), cfg)
+	if err == nil || !strings.Contains(err.Error(), "not the metrics of the stated") {
+		t.Fatalf("Run with another stated's metrics = %v, want a refusal", err)
+	}
+	cfg.MetricsURL = measured.HTTP() + "/metrics"
+	rep, err := Run(ctxT(t), cfg)
+	if err != nil {
+		t.Fatalf("Run with the measured stated's metrics: %v\n%s", err, measured.Logs())
+	}
+	if !rep.Idle.Measured || rep.Idle.RSSBytes <= 0 {
+		t.Fatalf("idle memory not measured with the right metrics: %+v", rep.Idle)
+	}
+}
