@@ -135,6 +135,11 @@ func TestE2EPermissionMatrix(t *testing.T) {
 	if err != nil || !strings.Contains(string(msg.Data), "keeppeek-state") {
 		t.Fatalf("admin service discovery: %v", err)
 	}
+	// The service announces the version info reports (without semver's forbidden "v").
+	info := request(t, coord, "coordinator", wire.OpInfo, `{}`)
+	if want := `"version":"` + strings.TrimPrefix(info.Version, "v") + `"`; info.Version == "" || !strings.Contains(string(msg.Data), want) {
+		t.Fatalf("$SRV.PING answered %s, want %s (info's version)", msg.Data, want)
+	}
 	// Bad credentials do not connect.
 	if _, err := nats.Connect(s.URL(), nats.UserInfo("alice", "wrong")); err == nil {
 		t.Fatalf("wrong password connected")
