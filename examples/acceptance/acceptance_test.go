@@ -1,7 +1,9 @@
 // Package acceptance_test runs the seed's seven acceptance scenarios and the failover end to end:
 // against the real stated binary (one for the whole suite, plus a small-bounds one for the quota
 // case) and the media server simulator running in-process, connected to stated's NATS as the media
-// principal, with the project's real transcoder and viewer workers.
+// principal, with the project's real transcoder and viewer workers: in-process for the scenarios and
+// the first failover, and as examples/transcoder processes for the failovers whose holder is killed
+// with SIGKILL or stalled with SIGSTOP (sigkill_test.go).
 //
 //	go test ./examples/acceptance -run TestAcceptance
 //	go test ./examples/acceptance -run '^$' -bench . -benchtime 1x   # the figures (figures_test.go)
@@ -14,12 +16,15 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/keeppeek/coordination/capabilities"
+	"github.com/keeppeek/coordination/capabilities/sim"
 	"github.com/keeppeek/coordination/coordinator"
 	"github.com/keeppeek/coordination/examples/internal/transcode"
 	"github.com/keeppeek/coordination/examples/internal/view"
@@ -34,7 +39,7 @@ func TestMain(m *testing.M) { e2e.Main(m) }
 // TestAcceptance runs every scenario against one stated and one simulator. Each scenario uses its own
 // namespaces, sources and variants, so they do not interfere.
 func TestAcceptance(t *testing.T) {
-	e := newEnv(t, "s4-door", "s5-door", "s6-door", "fo-door")
+	e := newEnv(t, "s4-door", "s5-door", "s6-door", "fo-door", "fk-door", "fs-door")
 	t.Run("Scenario1_CASWritersCannotOverwrite", func(t *testing.T) { scenario1(t, e) })
 	t.Run("Scenario2_LeaseExpiryIsOneOrderedExpirePerWatcher", func(t *testing.T) { scenario2(t, e) })
 	t.Run("Scenario3_WatchRacingPutSeesSnapshotXorUpdate", func(t *testing.T) { scenario3(t, e) })
@@ -43,6 +48,8 @@ func TestAcceptance(t *testing.T) {
 	t.Run("Scenario6_GroupPreferenceGrantsNothing", func(t *testing.T) { scenario6(t, e) })
 	t.Run("Scenario7_RejectedWritesChangeNothing", func(t *testing.T) { scenario7(t, e) })
 	t.Run("Failover", func(t *testing.T) { failover(t, e) })
+	t.Run("FailoverSIGKILL", func(t *testing.T) { failoverSIGKILL(t, e) })
+	t.Run("FailoverSIGSTOP", func(t *testing.T) { failoverSIGSTOP(t, e) })
 }
 
 // scenario1: two writers cannot overwrite one orchestration key when their CAS revisions differ.
@@ -467,12 +474,20 @@ func scenario4(t *testing.T, e *env) {
 
 	// The source reconnects with a new session: the transcoder re-resolves and publishes again.
 	mark := ev.mark()
+	offlineAt := len(e.sim.Commands())
 	if err := e.sim.SetOnline(source, false); err != nil {
 		t.Fatal(err)
 	}
 	ev.waitFor(t, mark, "pending while the source is offline", func(x transcode.Event) bool {
 		return isEvent("status", "tx-s4", key)(x) && strings.HasPrefix(x.Detail, string(reconciler.StatePending)+" waiting for source")
 	})
+	// Offline, the intent stays (SPEC's failure list): the transcoder waits and sends nothing.
+	for _, c := range e.sim.Commands()[offlineAt:] {
+		if c.Principal == "transcoder-a" {
+			t.Fatalf("a media command while %s was offline: %s %s", source, c.Command, c.Body)
+		}
+	}
+	onlineAt := len(e.sim.Commands())
 	if err := e.sim.SetOnline(source, true); err != nil {
 		t.Fatal(err)
 	}
@@ -487,10 +502,16 @@ func scenario4(t *testing.T, e *env) {
 		lastStart.Start.RecordingMode != coordinator.RecordingRequired {
 		t.Fatalf("last start_publication %s -> %+v, want ok on the new session %s", lastStart.Body, lastStart.Reply, newSession)
 	}
-	for _, c := range starts[1:] {
-		if c.Reply.OK && c.Start.SessionID != newSession {
-			t.Fatalf("a start_publication on the stale session %s succeeded: %+v", c.Start.SessionID, c.Reply)
+	// Re-resolved before acting: every start since the source came back names the new session
+	// (none tried the stale one), and exactly one was needed.
+	var again []command
+	for _, c := range starts {
+		if c.Index >= onlineAt {
+			again = append(again, c)
 		}
+	}
+	if len(again) != 1 || again[0].Start.SessionID != newSession {
+		t.Fatalf("start_publication since the source came back: %+v, want one on the new session %s", again, newSession)
 	}
 	st, _ = status(t, e.admin, ns, statusKeyOf(key))
 	if st.State != reconciler.StateActive || st.PublicationID != lastStart.Reply.PublicationID || st.PublicationID == sp.Reply.PublicationID {
@@ -532,6 +553,78 @@ func scenario4(t *testing.T, e *env) {
 			t.Fatalf("a zero-value start_publication reached the media server: %s", c.Body)
 		}
 	}
+	// A source whose publication capability rules the intent's recording mode out: the command is
+	// not sent, the status says why.
+	const norec, norecVariant = "s4-norec", "s4-norec-720p"
+	if err := e.sim.AddSource(sim.SourceConfig{SourceID: norec, RecordingModes: []string{coordinator.RecordingDisabled}}); err != nil {
+		t.Fatal(err)
+	}
+	norecKey := intentKey(norec, norecVariant)
+	mark = ev.mark()
+	if _, err := e.coord.PutIntent(ctx, ns, norecKey, publishIntent(norec, norecVariant, coordinator.RecordingRequired)); err != nil {
+		t.Fatal(err)
+	}
+	ev.waitFor(t, mark, "failed: recording mode not offered", func(x transcode.Event) bool {
+		return isEvent("status", "tx-s4", norecKey)(x) && strings.HasPrefix(x.Detail, string(reconciler.StateFailed))
+	})
+	if st, _ := status(t, e.admin, ns, statusKeyOf(norecKey)); st.State != reconciler.StateFailed || st.ErrorCode != string(capabilities.CodeRecordingModeInvalid) {
+		t.Fatalf("status of an intent the source cannot record %+v, want failed with %s", st, capabilities.CodeRecordingModeInvalid)
+	}
+	if c := commands(t, e.sim, capabilities.CommandStartPublication, "", norecVariant); len(c) != 0 {
+		t.Fatalf("start_publication sent for a recording mode the source does not offer: %+v", c)
+	}
+	// The stable intent outlives the missing source: once the ghost source appears, the waiting
+	// intent is served on its session.
+	mark = ev.mark()
+	if err := e.sim.AddSource(sim.SourceConfig{SourceID: ghost}); err != nil {
+		t.Fatal(err)
+	}
+	ev.waitFor(t, mark, "the ghost source's intent served", isEvent("capability ready", "tx-s4", ghostKey))
+	ghostSession, _, _ := e.sim.SessionID(ghost)
+	if pubs := publications(e.sim, ghost, ghostVariant); len(pubs) != 1 || pubs[0].SessionID != ghostSession {
+		t.Fatalf("publications of the appeared source: %+v, want one on %s", pubs, ghostSession)
+	}
+
+	// desired=false stops the publication on the media server and lets the lease go; desired=true
+	// starts it again; deleting the intent stops it for good. What the status says is checked
+	// against the media server's own publications.
+	leaseKey := transcode.LeaseKey(reconciler.MediaIntent{SourceID: source, MediaKind: coordinator.MediaKindVideo, VariantID: variant})
+	stoppedFor := func(why string) {
+		t.Helper()
+		ev.waitFor(t, mark, "stopped: "+why, func(x transcode.Event) bool { return isEvent("stopped", "tx-s4", key)(x) && x.Detail == why })
+		if pubs := publications(e.sim, source, variant); len(pubs) != 0 {
+			t.Fatalf("%s: publications still live %+v", why, pubs)
+		}
+		if _, err := e.admin.Get(ctx, ns, leaseKey); !errors.Is(err, wire.ErrNotFound) {
+			t.Fatalf("%s: lease %v, want released (NOT_FOUND)", why, err)
+		}
+	}
+	mark = ev.mark()
+	if _, err := e.coord.SetDesired(ctx, ns, key, false); err != nil {
+		t.Fatal(err)
+	}
+	stoppedFor("intent no longer desired")
+	if st, _ := status(t, e.admin, ns, statusKeyOf(key)); st.State != reconciler.StateStopped {
+		t.Fatalf("status after desired=false %+v, want stopped", st)
+	}
+	mark = ev.mark()
+	if _, err := e.coord.SetDesired(ctx, ns, key, true); err != nil {
+		t.Fatal(err)
+	}
+	ev.waitFor(t, mark, "active again", isEvent("capability ready", "tx-s4", key))
+	st, _ = status(t, e.admin, ns, statusKeyOf(key))
+	if pubs := publications(e.sim, source, variant); len(pubs) != 1 || pubs[0].ID != st.PublicationID || st.State != reconciler.StateActive {
+		t.Fatalf("desired again: publications %+v, status %+v", pubs, st)
+	}
+	cur, err := e.admin.Get(ctx, ns, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark = ev.mark()
+	if _, err := e.coord.DeleteIntent(ctx, ns, key, cur.Revision); err != nil {
+		t.Fatal(err)
+	}
+	stoppedFor("intent no longer desired")
 }
 
 type viewEvent struct{ Kind, Intent, Detail string }
@@ -826,8 +919,20 @@ func scenario7(t *testing.T, e *env) {
 			t.Fatalf("%s: %s changed (revision %d -> %d)", tc.name, tc.req.Namespace, before.Revision, after.Revision)
 		}
 	}
+	// Nobody writes system, not even an admin: a forged worker entry is refused and not stored.
+	// (Its revision is not compared: workers of the other scenarios come and go there.)
+	forged := wire.WorkerKey("coordinator", "s7-forged")
+	_, err := e.admin.Put(ctx, wire.PutRequest{Namespace: "system", Key: forged, Schema: wire.SchemaWorkerStatus,
+		Document: json.RawMessage(`{"worker_id":"s7-forged","service":"s7","principal":"coordinator","status":"ready","interval_ms":1000,"leases":[],"first_seen_ms":1}`)})
+	wantCode(t, "admin writes system", err, wire.CodePermissionDenied)
+	_, err = e.admin.Delete(ctx, wire.DeleteRequest{Namespace: "system", Key: forged})
+	wantCode(t, "admin deletes in system", err, wire.CodePermissionDenied)
+	if _, err := e.admin.Get(ctx, "system", forged); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("forged worker entry after the refused put: %v, want NOT_FOUND", err)
+	}
+
 	before := listAll(t, e.admin, "user/viewer-1")
-	_, err := mallory.Delete(ctx, wire.DeleteRequest{Namespace: "user/viewer-1", Key: "prefs/s7"})
+	_, err = mallory.Delete(ctx, wire.DeleteRequest{Namespace: "user/viewer-1", Key: "prefs/s7"})
 	wantCode(t, "mallory deletes in user/viewer-1", err, wire.CodePermissionDenied)
 	if after := listAll(t, e.admin, "user/viewer-1"); after.Revision != before.Revision || !reflect.DeepEqual(after.Entries, before.Entries) {
 		t.Fatalf("user/viewer-1 changed by mallory's delete")
@@ -891,7 +996,15 @@ func failover(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An operator's view of the leases and of the workers' heartbeat entries, from before either
+	// transcoder starts: how the lease changed hands, and how the killed worker left the fleet.
+	leases := followAcked(t, e.admin, "fo-leases", ns, "leases/")
+	workers := followAcked(t, e.admin, "fo-workers", "system", "workers/transcoder-a/tx-")
 	res := runFailover(t, e, service, source, variant, ttl, 0, "tx-1", "tx-2")
+	intent, err := e.admin.Get(ctx, ns, key)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("killed %s; %s claimed after %v, publication started after %v", res.killed, res.standby,
 		res.claimedAfter.Round(time.Millisecond), res.startedAfter.Round(time.Millisecond))
 	if res.claimedAfter > ttl+time.Second {
@@ -904,6 +1017,68 @@ func failover(t *testing.T, e *env) {
 		}
 	}
 	t.Logf("standby's publication READY %v after the kill", ready.At.Sub(res.killedAt).Round(time.Millisecond))
+
+	// Exactly one worker acted on the intent before the kill: the standby only stood by, and the
+	// media server received one start_publication of the variant, the holder's.
+	for _, it := range res.events.all()[:res.killMark] {
+		if it.V.WorkerID == res.standby && it.V.Intent == key && it.V.Kind != "standby" {
+			t.Fatalf("the standby acted while the holder was alive: %+v", it.V)
+		}
+	}
+	var before, after []command
+	for _, c := range commands(t, e.sim, capabilities.CommandStartPublication, "", variant) {
+		if c.Index < res.commandsAtKill {
+			before = append(before, c)
+		} else {
+			after = append(after, c)
+		}
+	}
+	if len(before) != 1 || before[0].Reply.PublicationID != res.oldPublication {
+		t.Fatalf("start_publication of %s before the kill: %+v, want the holder's one (%s)", variant, before, res.oldPublication)
+	}
+	// After it, one media command reached the media server: the standby's start, on the current
+	// session. Nothing of the killed worker arrived (its graceful stop could not reach anyone).
+	var late []sim.CommandRecord
+	for _, c := range e.sim.Commands()[res.commandsAtKill:] {
+		if c.Principal == "transcoder-a" {
+			late = append(late, c)
+		}
+	}
+	if len(late) != 1 || len(after) != 1 || !after[0].Reply.OK {
+		t.Fatalf("media commands of transcoder-a after the kill: %+v, want only the standby's successful start_publication", late)
+	}
+
+	// The lease changed hands by expiry, not by a release: the holder's renewals, one EXPIRE at or
+	// after the last renewal's deadline, then the standby's create-only claim.
+	claimMsg, claimAt := leases.waitFor(t, 0, "the standby's claim on the lease watch", func(m wire.WatchMessage) bool {
+		return m.Kind == wire.UpdatePut && m.Key == leaseKey && leaseHolder(m.Entry) == res.standby
+	})
+	var lastRenewal *wire.Entry
+	expires := 0
+	for _, it := range leases.all()[:claimAt] {
+		switch m := it.V; {
+		case m.Key != leaseKey:
+		case m.Kind == wire.UpdatePut && expires == 0 && leaseHolder(m.Entry) == res.killed:
+			lastRenewal = m.Entry
+		case m.Kind == wire.UpdateExpire && lastRenewal != nil:
+			expires++
+			if deadline := time.UnixMilli(lastRenewal.ExpiresAtMs); it.At.Before(deadline) {
+				t.Fatalf("the lease EXPIRE arrived at %v, before the last renewal's deadline %v", it.At, deadline)
+			}
+		default:
+			t.Fatalf("lease watch: unexpected %+v (a release or a second holder before the standby's claim)", m)
+		}
+	}
+	if lastRenewal == nil || expires != 1 || lastRenewal.Revision < res.oldLeaseRevision {
+		t.Fatalf("lease watch before the claim: last renewal %v, %d EXPIRE; want the killed holder's renewals then one EXPIRE", lastRenewal, expires)
+	}
+	if deadline := time.UnixMilli(lastRenewal.ExpiresAtMs); claimed(res).Before(deadline) {
+		t.Fatalf("the standby claimed at %v, before the killed holder's lease deadline %v: the lease was not left to expire",
+			claimed(res), deadline)
+	}
+	if claimMsg.V.Entry.CreatedAtMs != claimMsg.V.Entry.UpdatedAtMs {
+		t.Fatalf("the standby's claim %+v is not a fresh entry", claimMsg.V.Entry)
+	}
 
 	// The takeover ended the viewer's subscription; the viewer subscribes again to the same variant.
 	first, at := vev.waitFor(t, 0, "the viewer's first subscription", func(v viewEvent) bool { return v.Kind == "viewer subscribed" && v.Intent == viewKey })
@@ -961,7 +1136,124 @@ func failover(t *testing.T, e *env) {
 	if st2, _ := status(t, e.admin, ns, statusKeyOf(key)); st2.Holder != res.standby || st2.PublicationID != st.PublicationID {
 		t.Fatalf("status after the late write %+v, want the standby's", st2)
 	}
+	_, err = zombie.Delete(ctx, wire.DeleteRequest{Namespace: ns, Key: statusKeyOf(key), Guard: &wire.Guard{Key: leaseKey, Revision: int64(res.oldLeaseRevision)}})
+	wantCode(t, "late guarded delete", err, wire.CodeGuardFailed)
+
+	// No acknowledged write was lost: the coordinator's intent is as it was written.
+	if now, err := e.admin.Get(ctx, ns, key); err != nil || now.Revision != intent.Revision || !bytes.Equal(now.Document, intent.Document) {
+		t.Fatalf("intent after the failover %v (%v), want the one written at revision %d", now, err, intent.Revision)
+	}
+	// Every lease update after the claim is the standby's renewal: it holds on.
+	for _, it := range leases.all()[claimAt:] {
+		if m := it.V; m.Key == leaseKey && (m.Kind != wire.UpdatePut || leaseHolder(m.Entry) != res.standby) {
+			t.Fatalf("lease watch after the standby's claim: %+v", m)
+		}
+	}
+
+	// The fleet view: the standby's heartbeat entry names the lease it now holds; the killed
+	// worker's entry ended in one EXPIRE (it sent no goodbye).
+	killedKey, standbyKey := wire.WorkerKey("transcoder-a", res.killed), wire.WorkerKey("transcoder-a", res.standby)
+	workers.waitFor(t, 0, "the standby's heartbeat entry listing the lease", func(m wire.WatchMessage) bool {
+		return m.Kind == wire.UpdatePut && m.Key == standbyKey && slices.Contains(workerStatus(t, m.Entry).Leases, leaseKey)
+	})
+	_, killedGone := workers.waitFor(t, 0, "the killed worker's heartbeat entry expiring", func(m wire.WatchMessage) bool {
+		return m.Key == killedKey && m.Kind != wire.UpdatePut
+	})
+	// Then the standby stops gracefully: its own entry ends in one EXPIRE too, which also bounds
+	// what the watch could still say about the killed worker.
+	for _, tx := range res.transcoders {
+		if tx.id == res.standby {
+			tx.stop()
+		}
+	}
+	workers.waitFor(t, killedGone, "the stopped standby's heartbeat entry expiring", func(m wire.WatchMessage) bool {
+		return m.Key == standbyKey && m.Kind != wire.UpdatePut
+	})
+	for _, k := range []string{killedKey, standbyKey} {
+		var ends []wire.WatchMessage
+		sawPut := false
+		for _, it := range workers.all() {
+			if m := it.V; m.Key == k && m.Kind == wire.UpdatePut {
+				if len(ends) > 0 {
+					t.Fatalf("%s: a PUT after its end: %+v", k, m)
+				}
+				sawPut = true
+			} else if m.Key == k {
+				ends = append(ends, m)
+			}
+		}
+		if !sawPut || len(ends) != 1 || ends[0].Kind != wire.UpdateExpire {
+			t.Fatalf("%s on an admin watch: %+v after its heartbeats; want exactly one EXPIRE", k, ends)
+		}
+	}
 }
+
+// followAcked watches namespace/prefix as c and records its messages, acknowledging each update so
+// that a long watch never overflows. A gap or a close fails the test: the recorded history would not
+// be whole.
+func followAcked(tb testing.TB, c *client.Client, watchID, namespace, prefix string) *recorder[wire.WatchMessage] {
+	tb.Helper()
+	w, err := c.Watch(bounded(tb), wire.WatchRequest{WatchID: watchID, Namespace: namespace, KeyPrefix: prefix})
+	if err != nil {
+		tb.Fatalf("watch %s %s: %v", namespace, prefix, err)
+	}
+	rec := newRecorder[wire.WatchMessage]()
+	done := make(chan struct{})
+	var stopping atomic.Bool // the test is over: an ack racing the unwatch may find the watch gone
+	go func() {
+		defer close(done)
+		var seq uint64
+		for m := range w.Messages() {
+			if m.Kind == wire.UpdateClosed || m.WatchSequence != seq+1 {
+				if !stopping.Load() {
+					tb.Errorf("watch %s: %+v after sequence %d", watchID, m, seq)
+				}
+				return
+			}
+			seq = m.WatchSequence
+			rec.add(m)
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			err := w.Ack(ctx, seq)
+			cancel()
+			if err != nil {
+				if !stopping.Load() {
+					tb.Errorf("watch %s: ack %d: %v", watchID, seq, err)
+				}
+				return
+			}
+		}
+	}()
+	tb.Cleanup(func() {
+		stopping.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		_ = w.Stop(ctx)
+		<-done
+	})
+	return rec
+}
+
+// leaseHolder is the holder of a lease entry ("" when it is none).
+func leaseHolder(e *wire.Entry) string {
+	var d wire.LeaseDocument
+	if e == nil || json.Unmarshal(e.Document, &d) != nil {
+		return ""
+	}
+	return d.Holder
+}
+
+// workerStatus decodes a worker's heartbeat entry.
+func workerStatus(tb testing.TB, e *wire.Entry) wire.WorkerStatus {
+	tb.Helper()
+	var ws wire.WorkerStatus
+	if e == nil || json.Unmarshal(e.Document, &ws) != nil {
+		tb.Fatalf("not a worker status entry: %+v", e)
+	}
+	return ws
+}
+
+// claimed is when the standby reported its lease claimed.
+func claimed(r failoverResult) time.Time { return r.killedAt.Add(r.claimedAfter) }
 
 // failoverResult is what one failover run observed.
 type failoverResult struct {
@@ -973,6 +1265,7 @@ type failoverResult struct {
 	oldLeaseRevision uint64
 	oldLeaseExpires  time.Time // the killed holder's lease deadline as of its last renewal
 	oldPublication   string
+	commandsAtKill   int           // the simulator's command count just before the kill
 	claimedAfter     time.Duration // kill -> the standby's "lease claimed"
 	startedAfter     time.Duration // kill -> the standby's successful start_publication ("publication started")
 }
@@ -1016,7 +1309,7 @@ func runFailover(tb testing.TB, e *env, service, source, variant string, ttl, ki
 	if killDelay > 0 {
 		time.Sleep(killDelay) // not a synchronisation: the kill's phase within the renewal period
 	}
-	r.killMark = ev.mark()
+	r.killMark, r.commandsAtKill = ev.mark(), len(e.sim.Commands())
 	txs[r.killed].kill()
 	r.killedAt = time.Now()
 	// The killed holder's last lease revision: its fencing token, renewed no more.

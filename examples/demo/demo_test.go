@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +44,25 @@ func TestDemoRunsToTheEnd(t *testing.T) {
 	took := between(text, "failover complete: ", " ")
 	if killed == "" || took == "" || killed == took {
 		t.Fatalf("killed %q, took over %q:\n%s", killed, took, text)
+	}
+	// The story is told in order: timestamps never go backwards; the killed worker does nothing
+	// after the KILLED line, and its end (its connection closed under it) is the kill, not a failure
+	// told before it.
+	last, afterKill := -1.0, false
+	for line := range strings.SplitSeq(strings.TrimSuffix(text, "\n"), "\n") {
+		v, rest, ok := strings.Cut(strings.TrimPrefix(line, "["), "s] ")
+		at, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if !ok || err != nil {
+			t.Fatalf("line without a timestamp %q:\n%s", line, text)
+		}
+		if at < last {
+			t.Fatalf("timestamp goes backwards at %q:\n%s", line, text)
+		}
+		last = at
+		if strings.HasPrefix(rest, killed+" stopped") || (afterKill && strings.HasPrefix(rest, killed+":")) {
+			t.Fatalf("the killed %s told of at %q:\n%s", killed, line, text)
+		}
+		afterKill = afterKill || strings.HasPrefix(rest, "KILLED ")
 	}
 }
 

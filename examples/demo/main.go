@@ -1,9 +1,10 @@
 // Command demo is the newcomer's tour of the coordination plane, all in one process on the embedded
 // defaults: it starts stated (embedded NATS, a temporary data directory), the media server simulator,
 // a coordinator, two transcoders, a viewer and a computer-vision worker; writes a publish intent and a
-// subscription intent; narrates each step with a timestamp; then kills the active transcoder and shows
-// the standby taking over once the lease expires. It exits 0 when the standby's publication is READY.
-// --keep leaves everything running for exploring with statectl.
+// subscription intent; narrates each step with a timestamp, in the order the steps happen; then
+// kills the active transcoder and shows the standby taking over once the lease expires. It exits 0
+// when the standby's publication is READY. --keep leaves everything running for exploring with
+// statectl.
 package main
 
 import (
@@ -18,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,12 +43,6 @@ const (
 	leaseTTL  = 2 * time.Second
 )
 
-var start = time.Now()
-
-func say(format string, args ...any) {
-	fmt.Printf("[%6.2fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-}
-
 func main() {
 	keep := flag.Bool("keep", false, "leave everything running after the tour (Ctrl-C to stop)")
 	verbose := flag.Bool("v", false, "show the components' logs")
@@ -59,6 +55,8 @@ func main() {
 }
 
 func run(keep, verbose bool, timeout time.Duration) error {
+	n := newNarrator(os.Stdout)
+	say := n.say
 	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	ctx, cancel := context.WithTimeout(sigCtx, timeout)
@@ -87,7 +85,6 @@ func run(keep, verbose bool, timeout time.Duration) error {
 		<-serverDone
 	}()
 	url := "nats://" + cfg.NATS.Listen
-	say("stated: NATS %s, HTTP http://%s, data in %s (principal %q, no credentials)", url, cfg.HTTPListen, dir, principal)
 	connect := func(name string) (*nats.Conn, error) {
 		return client.Connect(url, principal, nats.Name(name), nats.RetryOnFailedConnect(true), nats.ReconnectWait(100*time.Millisecond))
 	}
@@ -103,6 +100,7 @@ func run(keep, verbose bool, timeout time.Duration) error {
 	if err := waitServed(ctx, admin); err != nil {
 		return err
 	}
+	say("stated: NATS %s, HTTP http://%s, data in %s (principal %q, no credentials)", url, cfg.HTTPListen, dir, principal)
 
 	// 2. The media server simulator.
 	simConn, err := connect("demo-mediasim")
@@ -120,22 +118,23 @@ func run(keep, verbose bool, timeout time.Duration) error {
 	// 3. Workers: two transcoders, a viewer and a CV worker, each on its own connection.
 	var wg sync.WaitGroup
 	var workMu sync.Mutex
-	events := make(chan transcode.Event, 64)
 	type runner struct {
 		name   string
 		conn   *nats.Conn
 		cancel context.CancelFunc
+		killed atomic.Bool // its end is the kill's doing, told by the KILLED line
 	}
 	runners := map[string]*runner{}
 	startRunner := func(name string, run func(ctx context.Context) error, conn *nats.Conn) {
 		rctx, rcancel := context.WithCancel(context.Background())
 		workMu.Lock()
 		runners[name] = &runner{name: name, conn: conn, cancel: rcancel}
+		r := runners[name]
 		workMu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := run(rctx); err != nil && rctx.Err() == nil {
+			if err := run(rctx); err != nil && rctx.Err() == nil && !r.killed.Load() {
 				say("%s stopped: %v", name, err)
 			}
 		}()
@@ -157,7 +156,7 @@ func run(keep, verbose bool, timeout time.Duration) error {
 			return err
 		}
 		t, err := transcode.New(transcode.Config{Conn: nc, Principal: principal, WorkerID: id, Service: service, LeaseTTL: leaseTTL,
-			HeartbeatInterval: 500 * time.Millisecond, Logger: logger, Events: func(e transcode.Event) { offer(events, e) }})
+			HeartbeatInterval: 500 * time.Millisecond, Logger: logger, Events: n.transcoder})
 		if err != nil {
 			return err
 		}
@@ -168,9 +167,7 @@ func run(keep, verbose bool, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	viewerEvents := make(chan string, 16)
-	viewer, err := view.New(view.Config{Conn: viewerConn, Principal: principal, WorkerID: "viewer-1", Logger: logger,
-		Events: func(kind, intent, detail string) { offer(viewerEvents, kind+": "+detail) }})
+	viewer, err := view.New(view.Config{Conn: viewerConn, Principal: principal, WorkerID: "viewer-1", Logger: logger, Events: n.viewer})
 	if err != nil {
 		return err
 	}
@@ -179,16 +176,8 @@ func run(keep, verbose bool, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	var detections sync.Once
 	cvWorker, err := cv.New(cv.Config{Conn: cvConn, Principal: principal, WorkerID: "cv-1", Logger: logger, EventEvery: 500 * time.Millisecond,
-		Events: func(kind, intent, detail string) {
-			switch kind {
-			case "cv subscribed":
-				say("cv-1: %s (%s)", kind, detail)
-			case "detection":
-				detections.Do(func() { say("cv-1: first detection emitted to its log: %s", detail) })
-			}
-		}})
+		Events: n.cv})
 	if err != nil {
 		return err
 	}
@@ -203,42 +192,70 @@ func run(keep, verbose bool, timeout time.Duration) error {
 	intentKey := "intents/" + source + "-video-" + variant
 	pub := coordinator.PublishIntent(source, coordinator.MediaKindVideo, coordinator.RecordingDisabled)
 	pub.VariantID, pub.OutputProfile = variant, variant
-	e, err := coord.PutIntent(ctx, "service/"+service, intentKey, pub)
+	// The coordinator's writes are told before any reaction to them: the narration is held until the
+	// write is acknowledged and told.
+	err = n.while(func(say func(string, ...any)) error {
+		e, err := coord.PutIntent(ctx, "service/"+service, intentKey, pub)
+		if err != nil {
+			return fmt.Errorf("publish intent: %w", err)
+		}
+		say("coordinator: intent written: service/%s %s at revision %d (publish %s as %s, recording disabled)", service, intentKey, e.Revision, source, variant)
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("publish intent: %w", err)
+		return err
 	}
-	say("coordinator: intent written: service/%s %s at revision %d (publish %s as %s, recording disabled)", service, intentKey, e.Revision, source, variant)
-	if _, err := viewer.Want(ctx, source, "video", variant); err != nil {
-		return fmt.Errorf("viewer intent: %w", err)
+	// The viewer's write goes over the viewer's connection, not through its reconciling (whose
+	// callbacks wait for the narration): holding the narration cannot hold the write up.
+	err = n.while(func(say func(string, ...any)) error {
+		if _, err := viewer.Want(ctx, source, "video", variant); err != nil {
+			return fmt.Errorf("viewer intent: %w", err)
+		}
+		say("viewer-1: subscription intent written in user/%s: wants %s", principal, variant)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	say("viewer-1: subscription intent written in user/%s: wants %s", principal, variant)
 	cvIntent := coordinator.SubscribeIntent(source, coordinator.MediaKindVideo)
 	cvIntent.VariantID = variant
 	cvIntent.Parameters = map[string]json.RawMessage{"cv-a": json.RawMessage(`{"model_profile":"person-detector"}`)}
-	if _, err := coord.PutIntent(ctx, "service/cv-a", "intents/"+source+"-people", cvIntent); err != nil {
-		return fmt.Errorf("cv intent: %w", err)
-	}
-	say("coordinator: model-profile intent written: service/cv-a person-detector on %s", variant)
-
-	// 5. Follow the flow until the publication is READY and the viewer subscribed.
-	active, err := follow(ctx, events, viewerEvents, "")
+	err = n.while(func(say func(string, ...any)) error {
+		if _, err := coord.PutIntent(ctx, "service/cv-a", "intents/"+source+"-people", cvIntent); err != nil {
+			return fmt.Errorf("cv intent: %w", err)
+		}
+		say("coordinator: model-profile intent written: service/cv-a person-detector on %s", variant)
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 
-	// 6. Kill the active transcoder: its connection drops, its lease is no longer renewed.
+	// 5. Wait until a publication is READY and the viewer subscribed (the workers tell each step).
+	active, err := n.waitReady(ctx, "", true)
+	if err != nil {
+		return err
+	}
+
+	// 6. Kill the active transcoder: its connection drops, its lease is no longer renewed. The line is
+	// told before anything that follows the kill.
 	workMu.Lock()
 	victim := runners[active]
 	workMu.Unlock()
 	killedAt := time.Now()
-	victim.conn.Close()
-	victim.cancel()
-	say("KILLED %s (connection dropped, lease not released); the standby waits for the lease to expire", active)
-	standby, err := follow(ctx, events, nil, active)
+	_ = n.while(func(say func(string, ...any)) error {
+		victim.killed.Store(true)
+		victim.conn.Close()
+		victim.cancel()
+		say("KILLED %s (connection dropped, lease not released); the standby waits for the lease to expire", active)
+		return nil
+	})
+	standby, err := n.waitReady(ctx, active, false)
 	if err != nil {
 		return err
 	}
 	say("failover complete: %s took over %v after the kill", standby, time.Since(killedAt).Round(time.Millisecond))
+	n.hush()
 
 	if keep {
 		say("still running. Try: go run ./cmd/statectl --nats-url %s ls service/%s", url, service)
@@ -248,49 +265,6 @@ func run(keep, verbose bool, timeout time.Duration) error {
 	}
 	say("done")
 	return nil
-}
-
-// offer hands an event to the narration without ever blocking the worker that reports it: once the
-// tour stops reading (after the failover, with --keep) the events are dropped.
-func offer[T any](ch chan<- T, v T) {
-	select {
-	case ch <- v:
-	default:
-	}
-}
-
-// follow narrates transcoder and viewer events until a transcoder (other than skip) reports its
-// publication READY (and, when viewerEvents is set, the viewer has subscribed); it returns that
-// transcoder's worker id.
-func follow(ctx context.Context, events <-chan transcode.Event, viewerEvents <-chan string, skip string) (string, error) {
-	ready, subscribed := "", viewerEvents == nil
-	standby := map[string]bool{}
-	for ready == "" || !subscribed {
-		select {
-		case <-ctx.Done():
-			return "", errors.New("the tour did not complete in time")
-		case ev := <-events:
-			if ev.WorkerID == skip || (ev.Kind == "standby" && standby[ev.WorkerID]) {
-				continue
-			}
-			if ev.Kind == "standby" {
-				standby[ev.WorkerID] = true
-			}
-			switch ev.Kind {
-			case "lease claimed", "standby", "publication started", "capability ready", "invalid":
-				say("%s: %s (%s)", ev.WorkerID, ev.Kind, ev.Detail)
-			}
-			if ev.Kind == "capability ready" {
-				ready = ev.WorkerID
-			}
-		case v := <-viewerEvents:
-			say("viewer-1: %s", v)
-			if len(v) >= 17 && v[:17] == "viewer subscribed" {
-				subscribed = true
-			}
-		}
-	}
-	return ready, nil
 }
 
 // waitServed waits until the state service answers info with the state-store feature.

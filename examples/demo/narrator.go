@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/keeppeek/coordination/examples/internal/transcode"
+)
+
+// narrator tells the tour. A worker's event is told from the worker's own callback, at once, and the
+// tour's own lines when they happen, all under one lock: the lines come in the order the events were
+// reported and their timestamps never go backwards. (Events queued for a reader and told later would
+// be told out of order: one reported just before the kill, told just after the KILLED line.)
+type narrator struct {
+	mu       sync.Mutex
+	out      io.Writer
+	start    time.Time
+	hushed   bool              // the tour is over: the workers' events are no longer told
+	lastKind map[string]string // worker id -> the kind of its last told event
+	detected bool              // the CV worker's first detection was reported
+
+	// ready receives the worker id of each transcoder that reported its publication READY, and
+	// subscribed a token for each subscription the viewer reported. Neither is ever waited on by a
+	// worker: a full channel drops (the tour reads them as long as it waits for them).
+	ready      chan string
+	subscribed chan struct{}
+}
+
+func newNarrator(out io.Writer) *narrator {
+	return &narrator{out: out, start: time.Now(), lastKind: map[string]string{},
+		ready: make(chan string, 16), subscribed: make(chan struct{}, 16)}
+}
+
+// say tells one line of the tour, stamped with the time since the start.
+func (n *narrator) say(format string, args ...any) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.sayLocked(format, args...)
+}
+
+func (n *narrator) sayLocked(format string, args ...any) {
+	fmt.Fprintf(n.out, "[%6.2fs] %s\n", time.Since(n.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// while runs fn with the narration held: no worker's event is told between what fn does and the line
+// it says about it. fn must not wait for a worker (the workers' callbacks wait for it).
+func (n *narrator) while(fn func(say func(string, ...any)) error) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return fn(n.sayLocked)
+}
+
+// hush ends the telling of the workers' events: after the tour nobody needs them, and nobody may be
+// reading the output any more.
+func (n *narrator) hush() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.hushed = true
+}
+
+// worker tells a worker's event, unless the tour is over or it would repeat that worker's last told
+// kind (a standby reports itself at every reconcile). It reports whether it told it.
+func (n *narrator) worker(id, kind, format string, args ...any) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.hushed || (kind == "standby" && n.lastKind[id] == kind) {
+		return false
+	}
+	n.lastKind[id] = kind
+	n.sayLocked("%s: %s", id, fmt.Sprintf(format, args...))
+	return true
+}
+
+// transcoder is a transcoder's Events callback.
+func (n *narrator) transcoder(e transcode.Event) {
+	switch e.Kind {
+	case "lease claimed", "standby", "publication started", "capability ready", "invalid":
+		n.worker(e.WorkerID, e.Kind, "%s (%s)", e.Kind, e.Detail)
+	}
+	if e.Kind == "capability ready" {
+		offer(n.ready, e.WorkerID)
+	}
+}
+
+// viewer is the viewer's Events callback.
+func (n *narrator) viewer(kind, intent, detail string) {
+	n.worker("viewer-1", kind, "%s: %s", kind, detail)
+	if kind == "viewer subscribed" {
+		offer(n.subscribed, struct{}{})
+	}
+}
+
+// cv is the CV worker's Events callback: its subscriptions and its first detection.
+func (n *narrator) cv(kind, intent, detail string) {
+	switch kind {
+	case "cv subscribed", "cv unsubscribed", "cv lease lost":
+		if detail == "" {
+			n.worker("cv-1", kind, "%s", kind)
+		} else {
+			n.worker("cv-1", kind, "%s (%s)", kind, detail)
+		}
+	case "detection":
+		n.mu.Lock()
+		first := !n.detected
+		n.detected = true
+		n.mu.Unlock()
+		if first {
+			n.worker("cv-1", kind, "first detection emitted to its log: %s", detail)
+		}
+	}
+}
+
+// waitReady waits until a transcoder other than skip reports its publication READY (and, with
+// viewer, until the viewer has subscribed); it returns that transcoder's worker id.
+func (n *narrator) waitReady(ctx context.Context, skip string, viewer bool) (string, error) {
+	ready, subscribed := "", !viewer
+	for ready == "" || !subscribed {
+		select {
+		case <-ctx.Done():
+			return "", errors.New("the tour did not complete in time")
+		case id := <-n.ready:
+			if id != skip {
+				ready = id
+			}
+		case <-n.subscribed:
+			subscribed = true
+		}
+	}
+	return ready, nil
+}
+
+// offer hands a signal to the tour without ever blocking the worker that reports it.
+func offer[T any](ch chan<- T, v T) {
+	select {
+	case ch <- v:
+	default:
+	}
+}
