@@ -107,11 +107,13 @@ type boltBackend struct {
 // for its lock, and a restore that held the lock meanwhile has renamed another file over path. The
 // file that was opened is then no longer the database (every write to it would be lost at the next
 // start), so it is closed and path opened again. timeout bounds the waits for the lock, all of them.
-func openBolt(path string, timeout time.Duration, retention int) (*boltBackend, error) {
+// Without create, a missing file is an error: a restore validates the copy it wrote, and a copy that
+// is gone must not pass as a new, empty database.
+func openBolt(path string, timeout time.Duration, retention int, create bool) (*boltBackend, error) {
 	const attempts = 3
 	deadline := time.Now().Add(timeout)
 	for range attempts {
-		b, same, err := openBoltOnce(path, deadline, retention)
+		b, same, err := openBoltOnce(path, deadline, retention, create)
 		if err != nil || same {
 			return b, err
 		}
@@ -131,7 +133,7 @@ func lockWait(deadline time.Time) time.Duration {
 
 // openBoltOnce opens the database at path, waiting for locks until deadline; same reports whether
 // path still names the file it opened once its lock was held.
-func openBoltOnce(path string, deadline time.Time, retention int) (b *boltBackend, same bool, err error) {
+func openBoltOnce(path string, deadline time.Time, retention int, create bool) (b *boltBackend, same bool, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
@@ -143,6 +145,8 @@ func openBoltOnce(path string, deadline time.Time, retention int) (b *boltBacken
 	switch {
 	case err == nil && fi.Size() == 0:
 		return nil, false, errors.New("database file is empty (truncated?)")
+	case errors.Is(err, os.ErrNotExist) && !create:
+		return nil, false, fmt.Errorf("database file is missing: %w", err)
 	case errors.Is(err, os.ErrNotExist):
 		if err := createBolt(path, timeout); err != nil {
 			return nil, false, fmt.Errorf("create database: %w", err)
@@ -353,13 +357,29 @@ func loadTx(tx *bolt.Tx, rules *loadRules) (*loaded, error) {
 	if firstTail != nil && lastLog != nil && bytes.Compare(firstTail, lastLog) <= 0 {
 		return nil, errors.New("the audit tail does not follow the audit log")
 	}
-	if ld.auditHead.Seq > cp.Seq {
-		k := lastTail
-		if k == nil {
-			k = lastLog
-		}
-		if len(k) != 8 || binary.BigEndian.Uint64(k) != ld.auditHead.Seq {
-			return nil, fmt.Errorf("audit head seq %d is not the last audit record", ld.auditHead.Seq)
+	// The head names the last record; with none kept, the head is the checkpoint (the head record is
+	// never pruned). A head behind the records would have the next commits write over them.
+	last := lastTail
+	if last == nil {
+		last = lastLog
+	}
+	if (last == nil && ld.auditHead.Seq != cp.Seq) || (last != nil && (len(last) != 8 || binary.BigEndian.Uint64(last) != ld.auditHead.Seq)) {
+		return nil, fmt.Errorf("audit head seq %d is not the last audit record", ld.auditHead.Seq)
+	}
+
+	// Every key of the audit log and its tail is a record's: a sequence number (8 bytes) holding a
+	// value. A commit that prunes reads the oldest keys as sequence numbers: a shorter key panicked it
+	// (the process died, and again after every restart), a nested bucket failed it and every commit
+	// after it. The records themselves are VerifyAudit's to judge.
+	for _, name := range [][]byte{bucketAudit, bucketAuditTail} {
+		b := tx.Bucket(name)
+		if err := b.ForEach(func(k, v []byte) error {
+			if len(k) != 8 || (v == nil && b.Bucket(k) != nil) {
+				return fmt.Errorf("bucket %q holds %q, which is not an audit record's sequence number and value", name, k)
+			}
+			return nil
+		}); err != nil {
+			return nil, err
 		}
 	}
 
@@ -444,6 +464,15 @@ func loadTx(tx *bolt.Tx, rules *loadRules) (*loaded, error) {
 		}
 		if e.TTLMs < 0 || e.ExpiresAtMs < 0 || (e.TTLMs == 0) != (e.ExpiresAtMs == 0) {
 			return fmt.Errorf("entry %s:%s has an inconsistent lease", ns, key)
+		}
+		// Every integer an entry carries is one the contract can (a JSON number up to 2^53-1), and a
+		// lease is one a put accepts: a deadline centuries away would otherwise overflow the wait for
+		// it, and the committer would spin.
+		if e.CreatedAtMs < 0 || e.CreatedAtMs > wire.MaxSafeInteger || e.UpdatedAtMs < 0 || e.UpdatedAtMs > wire.MaxSafeInteger {
+			return fmt.Errorf("entry %s:%s has a timestamp out of range", ns, key)
+		}
+		if e.TTLMs != 0 && (e.TTLMs < MinTTLMs || e.TTLMs > MaxTTLMs || e.ExpiresAtMs > wire.MaxSafeInteger) {
+			return fmt.Errorf("entry %s:%s has a lease out of range (ttl_ms %d, expires_at_ms %d)", ns, key, e.TTLMs, e.ExpiresAtMs)
 		}
 		doc, err := wire.CompactDocument(e.Document)
 		if err != nil || !bytes.Equal(doc, e.Document) {

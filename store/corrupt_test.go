@@ -285,6 +285,46 @@ func TestCorruptFilesOpenUnavailable(t *testing.T) {
 				e["expires_at_ms"] = 0
 			}))
 		}, []string{"leases/l0 has an inconsistent lease"}},
+		{"lease shorter than a second", func(t *testing.T, path string) {
+			boltEditFile(t, path, editStoredEntry("service/tx", "leases/l0", func(e map[string]any) {
+				e["ttl_ms"] = 5
+				e["expires_at_ms"] = 1
+			}))
+		}, []string{"leases/l0 has a lease out of range (ttl_ms 5"}},
+		{"lease deadline past the JSON integer range", func(t *testing.T, path string) {
+			boltEditFile(t, path, editStoredEntry("service/tx", "leases/l0", func(e map[string]any) {
+				e["ttl_ms"] = 5000
+				e["expires_at_ms"] = int64(1) << 60
+			}))
+		}, []string{"leases/l0 has a lease out of range"}},
+		{"negative created_at_ms", func(t *testing.T, path string) {
+			boltEditFile(t, path, editStoredEntry("service/tx", "leases/l1", func(e map[string]any) { e["created_at_ms"] = -1 }))
+		}, []string{"leases/l1 has a timestamp out of range"}},
+		{"audit head behind its records", func(t *testing.T, path string) {
+			// The next commits would write their records over the ones kept under the same seqs.
+			boltEditFile(t, path, func(tx *bolt.Tx) error {
+				return tx.Bucket(bucketMeta).Put(metaAuditHead, []byte(`{"seq":0,"hash":""}`))
+			})
+		}, []string{"audit head seq 0 is not the last audit record"}},
+		{"audit key shorter than a sequence number", func(t *testing.T, path string) {
+			// It sorts first: the next prune used to read it as a sequence number and panic.
+			boltEditFile(t, path, func(tx *bolt.Tx) error { return tx.Bucket(bucketAudit).Put([]byte{0}, []byte(`{}`)) })
+		}, []string{`bucket "audit" holds "\x00", which is not an audit record's sequence number`}},
+		{"audit record replaced by a bucket", func(t *testing.T, path string) {
+			boltEditFile(t, path, func(tx *bolt.Tx) error {
+				b := tx.Bucket(bucketAudit)
+				k, _ := b.Cursor().First()
+				if k == nil {
+					return fmt.Errorf("the fixture's audit log is empty")
+				}
+				k = bytes.Clone(k)
+				if err := b.Delete(k); err != nil {
+					return err
+				}
+				_, err := b.CreateBucket(k)
+				return err
+			})
+		}, []string{`bucket "audit" holds "\x00\x00\x00\x00\x00\x00\x00\x01", which is not an audit record's sequence number`}},
 		{"document not compact", func(t *testing.T, path string) {
 			// Valid JSON of the same compact size (so the byte counters agree), with a space in it.
 			boltEditFile(t, path, func(tx *bolt.Tx) error {

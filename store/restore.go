@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,21 +14,27 @@ import (
 // stopped (Restore refuses while another process holds the database). It writes the backup to a
 // temporary file beside path, validates it exactly as Open would (format, identifiers, schemas,
 // counts and bytes within opts.Bounds, revisions, byte counters), starts a new epoch in it, and only
-// then renames it over path, so entries, namespace revisions and byte counters come back together or
+// then puts it at path (a rename), so entries, namespace revisions and byte counters come back together or
 // not at all. It returns the new epoch. A copy left by an earlier restore that was cut short is removed.
+// Restores into one directory are exclusive: a second one started meanwhile is refused.
 func Restore(path string, r io.Reader, opts Options) (string, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return "", err
 	}
-	unlock, err := lockForRestore(path)
+	dir := filepath.Dir(path)
+	unlockDir, err := lockRestoreDir(dir)
+	if err != nil {
+		return "", fmt.Errorf("restore: %w", err)
+	}
+	defer unlockDir()
+	unlock, held, err := lockForRestore(path)
 	if err != nil {
 		return "", fmt.Errorf("restore: %w", err)
 	}
 	defer unlock()
-	dir := filepath.Dir(path)
 	// A restore cut short (killed, or the machine stopped) leaves its copy of the backup behind, as large
-	// as a database: restores are exclusive (the lock), so any such copy is a leftover.
+	// as a database: restores into dir are exclusive (its lock), so any such copy is a leftover.
 	if left, err := filepath.Glob(filepath.Join(dir, restoreTempPattern)); err == nil {
 		for _, name := range left {
 			_ = os.Remove(name)
@@ -38,7 +45,7 @@ func Restore(path string, r io.Reader, opts Options) (string, error) {
 		return "", fmt.Errorf("restore: %w", err)
 	}
 	tmpName := tmp.Name()
-	defer os.Remove(tmpName) // no-op after the rename
+	defer os.Remove(tmpName) // no-op after a rename; after a link, the copy's second name
 	if _, err := io.Copy(tmp, r); err != nil {
 		tmp.Close()
 		return "", fmt.Errorf("restore: copy backup: %w", err)
@@ -53,13 +60,40 @@ func Restore(path string, r io.Reader, opts Options) (string, error) {
 	if err := syncFile(tmpName); err != nil {
 		return "", fmt.Errorf("restore: %w", err)
 	}
-	if err := os.Rename(tmpName, path); err != nil {
+	if err := installRestored(tmpName, path, held); err != nil {
 		return "", fmt.Errorf("restore: %w", err)
 	}
 	if err := syncFile(dir); err != nil {
 		return "", fmt.Errorf("restore: sync %s: %w", dir, err)
 	}
 	return epoch, nil
+}
+
+// installRestored puts the validated copy tmp at path. held says the restore holds the lock of the
+// database at path (taken before the copy), so no store has it open: it is renamed over. A path that
+// had no database when the restore began may have one now: a store started meanwhile created it, and
+// may be serving it, and a rename over it would leave that store writing to a file no longer at path,
+// every write it acknowledged gone at the next start. So the copy is linked into place only if path is
+// still free; otherwise that database's lock is taken first, and a store holding it refuses the restore.
+func installRestored(tmp, path string, held bool) error {
+	if !held {
+		err := os.Link(tmp, path)
+		switch {
+		case err == nil:
+			return nil // the copy's own name is removed by Restore
+		case errors.Is(err, os.ErrExist):
+			unlock, _, err := lockForRestore(path)
+			if err != nil {
+				return err
+			}
+			defer unlock()
+		case !errors.Is(err, errors.ErrUnsupported) && !errors.Is(err, os.ErrPermission):
+			return err
+		}
+		// A file system without hard links: the rename below, which cannot tell a database created
+		// meanwhile from none.
+	}
+	return os.Rename(tmp, path)
 }
 
 // restoreTempPattern names the copy of a backup that Restore validates beside the database.
@@ -70,7 +104,7 @@ func validateBackup(file string, opts Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	b, err := openBolt(file, opts.OpenTimeout, opts.AuditRetention)
+	b, err := openBolt(file, opts.OpenTimeout, opts.AuditRetention, false)
 	if err != nil {
 		return "", err
 	}

@@ -97,7 +97,7 @@ func (s *Store) load(path string) error {
 	if s.opts.InMemory {
 		be = &memBackend{epoch: randomHex(8)}
 	} else {
-		b, err := openBolt(path, s.opts.OpenTimeout, s.opts.AuditRetention)
+		b, err := openBolt(path, s.opts.OpenTimeout, s.opts.AuditRetention, true)
 		if err != nil {
 			return fmt.Errorf("open %s: %w", path, err)
 		}
@@ -424,10 +424,16 @@ func (s *Store) Stats() Stats {
 
 func (s *Store) nowMs() int64 { return s.opts.Clock().UnixMilli() }
 
-// waitTimer returns how long until atMs by the store's clock.
+// untilMs returns how long until atMs by the store's clock, at most maxWait either way: a deadline
+// centuries off would overflow a time.Duration, and its wrapped (negative) wait would wake the
+// committer at once, again and again.
 func (s *Store) untilMs(atMs int64) time.Duration {
-	return time.Duration(atMs-s.nowMs()) * time.Millisecond
+	const limit = int64(maxWait / time.Millisecond)
+	return time.Duration(min(max(atMs-s.nowMs(), -limit), limit)) * time.Millisecond
 }
+
+// maxWait bounds a wait for a deadline; the committer re-arms its timer when it ends.
+const maxWait = time.Hour
 
 // TrimMemory gives memory back to the operating system after a burst of work: it drops the database
 // file's mapped pages from the resident set (reads fault them back in from the page cache). A server

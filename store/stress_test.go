@@ -672,7 +672,7 @@ func TestCloseReturnsOnlyWhenClosed(t *testing.T) {
 		time.Sleep(100 * time.Microsecond)
 	}
 	secondErr := s.Close()
-	unlock, lockErr := lockForRestore(path)
+	unlock, _, lockErr := lockForRestore(path)
 	if lockErr == nil {
 		unlock()
 	}

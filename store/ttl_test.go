@@ -289,3 +289,32 @@ func TestRenewedLeasesKeepTheDeadlineHeapBounded(t *testing.T) {
 		t.Fatalf("after the deadline: %+v", m)
 	}
 }
+
+// A stored lease whose deadline lies centuries ahead (a clock once far wrong, a hand edit) is never
+// due, and the committer waits for it as for any other: its wait used to overflow a time.Duration
+// and wrap below zero, and the committer woke at once, again and again, spinning a core for as long
+// as the store ran.
+func TestFarLeaseDeadlineNeverSpinsTheCommitter(t *testing.T) {
+	s, path := openT(t, DefaultOptions())
+	mustPut(t, s, admin, ttlPut("service/tx", "far", 5000))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	const ahead = 9_300_000_000_000 // ms, about 295 years: past what a time.Duration holds
+	boltEditFile(t, path, editStoredEntry("service/tx", "far", func(e map[string]any) {
+		e["expires_at_ms"] = time.Now().UnixMilli() + ahead
+	}))
+	s2 := openAt(t, path, DefaultOptions())
+	if w := s2.untilMs(s2.nowMs() + ahead); w <= 0 {
+		t.Fatalf("the wait for a deadline %d ms ahead is %v", int64(ahead), w)
+	}
+	if w := s2.untilMs(s2.nowMs() - ahead); w >= 0 {
+		t.Fatalf("the wait for a deadline %d ms past is %v", int64(ahead), w)
+	}
+	if w := s2.arm(); w < time.Minute {
+		t.Fatalf("the committer waits %v for a lease due in %d ms", w, int64(ahead))
+	}
+	if _, err := s2.Get(ctxT(t), admin, wire.GetRequest{Namespace: "service/tx", Key: "far"}); err != nil {
+		t.Fatalf("the far lease: %v", err)
+	}
+}
