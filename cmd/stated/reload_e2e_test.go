@@ -50,3 +50,22 @@ func TestE2ESighupKeepsTheSubjectPrefixInForce(t *testing.T) {
 	default:
 	}
 }
+
+// TestE2ESighupNamesWhatWaitsForARestart: a SIGHUP applies principals only. A file whose data_dir
+// or [nats] section changed meanwhile was reloaded without a word, and the operator believed the
+// change in force; the log names each setting that waits for the next restart.
+func TestE2ESighupNamesWhatWaitsForARestart(t *testing.T) {
+	s := startStated(t)
+	raw, err := os.ReadFile(s.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := strings.Replace(string(raw), "[nats]\n", "[nats]\nwatch_sweep_ms = 100\n", 1)
+	conf = "data_dir = \"/elsewhere\"\n" + strings.Replace(conf, "data_dir = ", "# data_dir = ", 1)
+	if err := os.WriteFile(s.ConfigPath, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.Reload()
+	waitForLog(t, s.Logs, "SIGHUP: principals reloaded")
+	waitForLog(t, s.Logs, "in effect at the next restart: data_dir, nats.watch_sweep_ms")
+}

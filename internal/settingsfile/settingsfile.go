@@ -25,7 +25,10 @@
 // fsync, rename over the file, fsync of the directory) and keeps the file's
 // permission bits (0600 for a new file); the file's owner becomes the writing
 // process, as with any rename. A symbolic link at the path is followed, and the
-// file it points to is replaced (created, if the link dangles).
+// file it points to is replaced (created, if the link dangles). A file that was
+// there once and is gone (removed or moved away) is not created again: see Open.
+// The temporary files of writers killed mid-write are removed by a File's first
+// read, or by RemoveStaleTemps; a live writer's never are (see temps.go).
 //
 // A File serialises its own Load, Save and Namespaces calls. It takes no lock on
 // the file itself: use one File per path. Save notices a file that changed
@@ -86,6 +89,10 @@ const saveAttempts = 5
 // new content is then in place, though perhaps not durable.
 var ErrNotWritten = errors.New("settingsfile: the file was not written")
 
+// ErrGone is wrapped by the error of every call on a File whose file was there when the File last
+// read or wrote it and is missing now (removed or moved away).
+var ErrGone = errors.New("the file is gone (removed or moved away since it was read): it is not created again; put it back at its path")
+
 // errChanged: the file changed between Save's read and its rename.
 var errChanged = errors.New("the file changed while it was being rewritten")
 
@@ -116,10 +123,21 @@ type State struct {
 type File struct {
 	path string
 	mu   sync.Mutex
+	// existed: the file was there when this File last read or wrote it. A file missing after
+	// that was removed or moved away, and is not created again (see Open).
+	existed bool
+	// swept: the File's first read removed the temporary files dead writers left (RemoveStaleTemps).
+	swept bool
 }
 
 // Open returns the File at path. It does not touch the file system: a missing
-// file reads as empty, and the first Save creates it.
+// file reads as empty, and the first Save creates it. Once the File has read the
+// file, or written it, a missing file is an error of every call (it wraps
+// ErrGone): the configuration was removed or moved away, and a file that Save
+// made anew would hold only its settings section, on which stated would start
+// with its built-in defaults (a fresh data directory, the dev principal that
+// needs no credentials) instead of refusing to start without its configuration.
+// A file put back at the path is read and written again.
 func Open(path string) *File {
 	return &File{path: path}
 }
@@ -237,13 +255,17 @@ func (f *File) saveOnce(namespace string, section map[string]any) error {
 	if _, err := toml.Decode(buf.String(), &check); err != nil {
 		return fmt.Errorf("settingsfile: %s: encoded file does not parse: %w", f.path, err)
 	}
-	return writeAtomic(snap.target, buf.Bytes(), snap.perm, func() error {
+	err = writeAtomic(snap.target, buf.Bytes(), snap.perm, func() error {
 		beforeRename(snap.target)
 		if !snap.unchanged() {
 			return errChanged
 		}
 		return nil
 	})
+	if err == nil || errors.Is(err, errRenamed) {
+		f.existed = true
+	}
+	return err
 }
 
 // Namespaces lists the namespaces that have a section in the file, sorted.
@@ -293,6 +315,11 @@ func (s snapshot) unchanged() bool {
 
 // read decodes the file. The caller holds f.mu.
 func (f *File) read() (snapshot, error) {
+	if !f.swept {
+		f.swept = true
+		// Best effort: a temporary file that cannot be removed changes nothing read or written.
+		_, _ = RemoveStaleTemps(f.path)
+	}
 	target, err := resolveLinks(f.path)
 	if err != nil {
 		return snapshot{}, fmt.Errorf("settingsfile: %w", err)
@@ -303,6 +330,9 @@ func (f *File) read() (snapshot, error) {
 	}
 	file, err := os.Open(target)
 	if errors.Is(err, fs.ErrNotExist) {
+		if f.existed {
+			return snapshot{}, fmt.Errorf("settingsfile: %s: %w", f.path, ErrGone)
+		}
 		return snapshot{target: target, perm: newFilePerm}, nil
 	}
 	if err != nil {
@@ -325,6 +355,7 @@ func (f *File) read() (snapshot, error) {
 	if _, err := toml.Decode(string(data), &doc); err != nil {
 		return snapshot{}, fmt.Errorf("settingsfile: %s: %w", f.path, err)
 	}
+	f.existed = true
 	return snapshot{doc: doc, target: target, perm: info.Mode().Perm(), info: info}, nil
 }
 
@@ -629,24 +660,29 @@ func encodeEntry(e Entry, nsRevision uint64) (map[string]any, error) {
 var errRenamed = errors.New("renamed into place")
 
 // writeAtomic replaces path with data: a temporary file in the same directory is
-// written, given perm, fsynced and, if ready (called last) allows it, renamed over
-// path, then the directory is fsynced. Until the rename, path is untouched; the
-// temporary file is removed on every failure.
+// created and locked (see temps.go), written, given perm, fsynced and, if ready
+// (called last) allows it, renamed over path, then the directory is fsynced.
+// Until the rename, path is untouched; the temporary file is removed on every
+// failure (and left, for a later sweep, only by a writer that dies).
 func writeAtomic(path string, data []byte, perm fs.FileMode, ready func() error) (err error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
 	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	tmp, err := createLockedTemp(dir, base)
 	if err != nil {
 		return fmt.Errorf("settingsfile: create temporary file: %w", err)
 	}
 	tmpName := tmp.Name()
+	// The file stays open, and so locked, until it is renamed into place or removed: a sweep of
+	// stale temporary files (RemoveStaleTemps) must not take it for a dead writer's. Once renamed,
+	// its old name may be another writer's.
+	renamed := false
 	defer func() {
-		if err != nil {
-			_ = tmp.Close()
+		if err != nil && !renamed {
 			_ = os.Remove(tmpName)
 		}
+		_ = tmp.Close()
 	}()
 	if err = tmp.Chmod(perm); err != nil {
 		return fmt.Errorf("settingsfile: %w", err)
@@ -657,15 +693,13 @@ func writeAtomic(path string, data []byte, perm fs.FileMode, ready func() error)
 	if err = tmp.Sync(); err != nil {
 		return fmt.Errorf("settingsfile: %w", err)
 	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("settingsfile: %w", err)
-	}
 	if err = ready(); err != nil {
 		return err
 	}
 	if err = rename(tmpName, path); err != nil {
 		return fmt.Errorf("settingsfile: %w", err)
 	}
+	renamed = true
 	if derr := syncDir(dir); derr != nil {
 		// The rename happened: the new content is in place but may not be durable.
 		return fmt.Errorf("settingsfile: %s %w but fsync of its directory failed: %w", path, errRenamed, derr)

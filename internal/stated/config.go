@@ -37,6 +37,83 @@ type Config struct {
 
 	path     string   // the file it was read from, "" for defaults
 	restArgs []string // positional arguments after the flags
+	// file is what the file said of the settings that only a restart applies, as read (before the
+	// command line's overrides): a reload compares the file's new values with these.
+	file restartSettings
+}
+
+// restartSettings are the settings of the file that a SIGHUP does not apply (principals are
+// reloaded; subject_prefix and bounds have their own messages).
+type restartSettings struct {
+	DataDir    string
+	HTTPListen string
+	NATS       NATSConfig
+	Settings   string // the settings-backed namespaces, sorted, comma-separated
+}
+
+func (c *Config) restartSettings() restartSettings {
+	names := make([]string, 0, len(c.StateStore.Settings))
+	for ns := range c.StateStore.Settings {
+		names = append(names, ns)
+	}
+	sort.Strings(names)
+	return restartSettings{DataDir: c.DataDir, HTTPListen: c.HTTPListen, NATS: c.NATS, Settings: strings.Join(names, ", ")}
+}
+
+// changedOnRestart names the settings that differ between two readings of the file.
+func (r restartSettings) changedOnRestart(next restartSettings) []string {
+	var out []string
+	for _, d := range []struct {
+		name      string
+		was, will any
+	}{
+		{"data_dir", r.DataDir, next.DataDir},
+		{"http_listen", r.HTTPListen, next.HTTPListen},
+		{"nats.listen", r.NATS.Listen, next.NATS.Listen},
+		{"nats.url", r.NATS.URL, next.NATS.URL},
+		{"nats.user", r.NATS.User, next.NATS.User},
+		{"nats.password", r.NATS.Password, next.NATS.Password},
+		{"nats.creds", r.NATS.Creds, next.NATS.Creds},
+		{"nats.watch_sweep_ms", r.NATS.WatchSweepMs, next.NATS.WatchSweepMs},
+		{"the settings-backed namespaces ([state_store.settings])", r.Settings, next.Settings},
+	} {
+		if d.was != d.will {
+			out = append(out, d.name)
+		}
+	}
+	return out
+}
+
+// Ineffective names the keys set in the configuration that have no effect in the mode it chooses
+// (the embedded NATS server or an external one), with why, so that stated can say so at start: an
+// operator who set [nats] user and password for the embedded server believes it asks for them.
+func (c *Config) Ineffective() []string {
+	var out []string
+	n := c.NATS
+	if n.URL == "" {
+		var set []string
+		for _, k := range []struct{ name, v string }{{"user", n.User}, {"password", n.Password}, {"creds", n.Creds}} {
+			if k.v != "" {
+				set = append(set, "nats."+k.name)
+			}
+		}
+		if len(set) > 0 {
+			out = append(out, strings.Join(set, ", ")+" ignored: they are stated's own credentials on an external NATS server (url); "+
+				"the embedded server does not ask for them, principals log in as [[principals]] say")
+		}
+		return out
+	}
+	if n.WatchSweepMs != 0 {
+		out = append(out, "nats.watch_sweep_ms ignored: only with the embedded server can stated see that a watch's subscriber is gone")
+	}
+	if n.Password != "" && n.User == "" {
+		out = append(out, "nats.password ignored: it is sent only with nats.user")
+	}
+	if n.Creds != "" && n.User != "" {
+		out = append(out, "nats.user and nats.creds both set: a NATS server authenticates with one of them "+
+			"(the credentials in operator mode, user and password otherwise) and ignores the other")
+	}
+	return out
 }
 
 // NATSConfig chooses the embedded server (Listen) or an external one (URL). User, Password and
@@ -112,6 +189,7 @@ func LoadConfig(path string) (*Config, error) {
 		c.NATS.Listen = ""
 	}
 	c.path = path
+	c.file = c.restartSettings()
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}

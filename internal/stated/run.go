@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/keeppeek/coordination/internal/natsserver"
+	"github.com/keeppeek/coordination/internal/settingsfile"
 	"github.com/keeppeek/coordination/store"
 	"github.com/keeppeek/coordination/store/server"
 )
@@ -187,6 +188,17 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	if err := cfg.EnsureDataDir(); err != nil {
 		return err
 	}
+	if cfg.Path() != "" {
+		// A stated killed while it wrote a settings-backed namespace left its temporary file, a copy
+		// of the configuration, beside the configuration file.
+		removed, err := settingsfile.RemoveStaleTemps(cfg.Path())
+		for _, p := range removed {
+			logger.Info("removed a stale temporary file of an interrupted configuration write", "file", p)
+		}
+		if err != nil {
+			logger.Warn("stale temporary files of interrupted configuration writes not removed", "err", err)
+		}
+	}
 	reg := prometheus.NewRegistry()
 	metrics := server.NewMetrics(reg)
 	opts, err := storeOptions(cfg, logger)
@@ -200,6 +212,9 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	}
 	if reason := st.Unavailable(); reason != nil {
 		logger.Error("THE STATE STORE IS NOT SERVED: every operation answers UNAVAILABLE", "reason", reason)
+	}
+	for _, w := range cfg.Ineffective() {
+		logger.Warn("configuration: " + w)
 	}
 
 	internalPassword := randomPassword()
@@ -376,6 +391,9 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, internalPass
 		if cb, err := cfg.BoundsValue(); err == nil && nb != cb {
 			logger.Warn("SIGHUP: bounds changed in the file; they take effect at the next restart")
 		}
+	}
+	if changed := cfg.file.changedOnRestart(next.file); len(changed) > 0 {
+		logger.Warn("SIGHUP: changed in the file, in effect at the next restart: " + strings.Join(changed, ", "))
 	}
 	if ns != nil && len(next.Principals) > 0 {
 		if err := ns.Reload(natsUsers(next, internalPassword)); err != nil {
