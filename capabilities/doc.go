@@ -12,7 +12,11 @@
 // at Start, on every announced generation above the one it holds, and after every NATS reconnect
 // (announcements sent while it was disconnected are lost). A fetched snapshot
 // older than the one held is ignored, so generations only grow; a fetched snapshot older than the
-// highest announced one is fetched again with backoff. Readers never poll: WaitFor, WaitVariant and
+// highest announced one is fetched again with backoff. A fetch left unanswered does not hold back a
+// newer one. Because announcements can be lost and a media server can die without a word, the
+// Tracker also fetches every ResyncInterval, and holds its snapshot stale (showing every source
+// offline, see Tracker.Stale) once a fetch finds no media server answering or none has confirmed the
+// snapshot for StaleAfter. Readers never poll: WaitFor, WaitVariant and
 // WaitReady wake on each installed snapshot, and Subscribe hands out coalesced notifications for
 // reconcilers.
 //

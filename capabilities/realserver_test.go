@@ -26,14 +26,39 @@ type cannedServer struct {
 	// replies by subject; the last one repeats
 	replies map[string][]string
 	got     map[string][]string // request bodies by subject
+	arrived chan struct{}       // closed and replaced on every request
 }
+
+// noReply, as one of the replies of answer, makes the server receive that request and answer nothing:
+// a reply lost in transit, or a media server that hangs or stops with the request in hand.
+const noReply = ""
 
 func newCannedServer(t *testing.T, url string) *cannedServer {
 	t.Helper()
-	return &cannedServer{nc: connect(t, url), replies: map[string][]string{}, got: map[string][]string{}}
+	return &cannedServer{nc: connect(t, url), replies: map[string][]string{}, got: map[string][]string{}, arrived: make(chan struct{})}
 }
 
-// answer makes the server answer subject with replies, one per request, the last repeated.
+// await returns once the server has received n requests on subject.
+func (s *cannedServer) await(t *testing.T, subject string, n int) {
+	t.Helper()
+	deadline := time.After(testTimeout)
+	for {
+		s.mu.Lock()
+		got, arrived := len(s.got[subject]), s.arrived
+		s.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-arrived:
+		case <-deadline:
+			t.Fatalf("%s: %d requests received, want %d", subject, got, n)
+		}
+	}
+}
+
+// answer makes the server answer subject with replies, one per request, the last repeated (noReply:
+// no answer).
 func (s *cannedServer) answer(t *testing.T, subject string, replies ...string) {
 	t.Helper()
 	s.mu.Lock()
@@ -51,8 +76,12 @@ func (s *cannedServer) answer(t *testing.T, subject string, replies ...string) {
 			s.replies[subject] = rs[1:]
 		}
 		s.got[subject] = append(s.got[subject], string(m.Data))
+		close(s.arrived)
+		s.arrived = make(chan struct{})
 		s.mu.Unlock()
-		_ = m.Respond([]byte(r))
+		if r != noReply {
+			_ = m.Respond([]byte(r))
+		}
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,16 @@ const (
 	MaxRefetchBackoff     = 5 * time.Second
 )
 
+// DefaultResyncInterval is how long a caught-up tracker goes without a fetch, by default, before it
+// fetches unasked (TrackerOptions.ResyncInterval). By default a snapshot that no fetch confirmed for
+// three of these intervals is stale (TrackerOptions.StaleAfter), as a worker's status entry expires
+// after three of its heartbeat intervals (SPEC section 11).
+const DefaultResyncInterval = 10 * time.Second
+
+// maxFetchesInFlight bounds the fetches a tracker has outstanding at once: a fetch the media server
+// never answers does not hold back a newer one, and a flood of announcements is no flood of requests.
+const maxFetchesInFlight = 4
+
 // TrackerOptions configure a Tracker. Every field is optional.
 type TrackerOptions struct {
 	// Prefix is the subject prefix. Default DefaultPrefix ("kp").
@@ -31,27 +41,59 @@ type TrackerOptions struct {
 	RefetchBackoff time.Duration
 	// FetchTimeout bounds one `caps.v1.get` request. Default DefaultRequestTimeout (5 s).
 	FetchTimeout time.Duration
+	// ResyncInterval is how long the tracker, caught up, goes without a fetch before it fetches again
+	// unasked: announcements are delivered at most once, and a media server that dies silently
+	// announces nothing. Default DefaultResyncInterval (10 s). Negative: no periodic fetch, and then
+	// no StaleAfter bound either (StaleAfter must not be positive).
+	ResyncInterval time.Duration
+	// StaleAfter bounds how long the snapshot held stays current without a fetch that confirms it (one
+	// answering its generation or a later one); past it the snapshot is stale (see Tracker.Stale).
+	// Default three ResyncIntervals, and at least ResyncInterval + FetchTimeout; a smaller value is
+	// refused, since a media server answering every periodic fetch in time would then read as stale.
+	// Negative: no bound (a fetch that finds no responder still makes the snapshot stale).
+	StaleAfter time.Duration
 }
 
 // Tracker keeps the latest ServerCapabilities of the media server (SPEC section 12). It follows
 // `<prefix>.caps.v1.changed`: any announced generation above the one it holds makes it fetch the whole
-// capabilities (a gap is therefore harmless: it fetches the latest), as does every NATS reconnect. A
-// fetched snapshot is installed only when its generation is above the one held, so generations only
-// grow; when it is still below the highest generation announced, the fetch is retried with backoff.
+// capabilities (a gap is therefore harmless: it fetches the latest), as does every NATS reconnect and,
+// once it is caught up, every ResyncInterval without a fetch (announcements are delivered at most
+// once). A fetched snapshot is installed only when its generation is above the one held, so
+// generations only grow; when it is still below the highest generation announced, the fetch is
+// retried with backoff. Fetches do not queue behind one another: an announcement above the one the
+// newest fetch was sent for, a Refresh or a reconnect sends a new fetch at once, even while an
+// earlier one is still unanswered (a reply lost, a media server stopping with the request in hand),
+// and whichever answers first is installed.
+//
+// Liveness: a media server that dies or hangs announces nothing, and its last snapshot (sources
+// online, variants READY) must not stay current for ever. The snapshot held becomes stale when a
+// fetch finds no responder on caps.v1.get (nobody serves the capabilities: the media server is
+// gone), or when no fetch has confirmed it for StaleAfter (the media server hangs or cannot be
+// reached). While it is stale, the tracker shows it with every source offline: Current, Resolve and
+// the waits see that view (Generation is unchanged), since what the media server has is unknown and
+// nothing of it can be acted on. A wait for READY therefore waits, and a reconciler reading Current
+// finds its sources unavailable rather than its publications active. The first fetch that confirms
+// the snapshot, or brings a newer one, makes it current again. Stale tells which view is shown;
+// Subscribe notifies both changes.
 //
 // Its methods are safe for concurrent use. Start it once, Stop it when done.
 type Tracker struct {
-	nc       *nats.Conn
-	prefix   string
-	log      *slog.Logger
-	backoff0 time.Duration
-	timeout  time.Duration
-	optErr   error
+	nc         *nats.Conn
+	prefix     string
+	log        *slog.Logger
+	backoff0   time.Duration
+	timeout    time.Duration
+	resync     time.Duration // <0: no periodic fetch
+	staleAfter time.Duration // <0: no time bound
+	optErr     error
 
 	mu        sync.Mutex
-	caps      *ServerCapabilities // installed snapshot; never modified; nil before the first
+	caps      *ServerCapabilities // installed snapshot, as fetched; never modified; nil before the first
+	view      *ServerCapabilities // what readers see: caps, or while stale a copy with every source offline
+	stale     bool                // view is the offline copy of caps
 	announced uint64              // highest generation announced on changed
-	changed   chan struct{}       // closed and replaced on every install
+	forced    bool                // a fetch sent after now is wanted, whatever is in flight (Refresh)
+	changed   chan struct{}       // closed and replaced whenever view changes
 	notify    map[chan struct{}]struct{}
 	started   bool
 
@@ -67,9 +109,11 @@ type Tracker struct {
 }
 
 // NewTracker returns a tracker of the capabilities published over nc. It does nothing until Start.
+// Invalid options make Start fail.
 func NewTracker(nc *nats.Conn, opts TrackerOptions) *Tracker {
 	t := &Tracker{
 		nc: nc, prefix: opts.Prefix, log: opts.Logger, backoff0: opts.RefetchBackoff, timeout: opts.FetchTimeout,
+		resync: opts.ResyncInterval, staleAfter: opts.StaleAfter,
 		changed: make(chan struct{}), notify: map[chan struct{}]struct{}{},
 		kick: make(chan struct{}, 1), stopped: make(chan struct{}), ended: make(chan struct{}),
 	}
@@ -85,6 +129,15 @@ func NewTracker(nc *nats.Conn, opts TrackerOptions) *Tracker {
 	if t.timeout == 0 {
 		t.timeout = DefaultRequestTimeout
 	}
+	if t.resync == 0 {
+		t.resync = DefaultResyncInterval
+	}
+	if t.staleAfter == 0 {
+		t.staleAfter = -1
+		if t.resync > 0 {
+			t.staleAfter = max(3*t.resync, t.resync+t.timeout)
+		}
+	}
 	switch {
 	case nc == nil:
 		t.optErr = errors.New("capabilities: nil NATS connection")
@@ -94,6 +147,11 @@ func NewTracker(nc *nats.Conn, opts TrackerOptions) *Tracker {
 		t.optErr = fmt.Errorf("capabilities: negative RefetchBackoff %v", t.backoff0)
 	case t.timeout < 0:
 		t.optErr = fmt.Errorf("capabilities: negative FetchTimeout %v", t.timeout)
+	case t.resync < 0 && t.staleAfter > 0:
+		t.optErr = fmt.Errorf("capabilities: StaleAfter %v without a ResyncInterval: a quiet media server would read as stale", t.staleAfter)
+	case t.staleAfter > 0 && t.staleAfter < t.resync+t.timeout:
+		t.optErr = fmt.Errorf("capabilities: StaleAfter %v below ResyncInterval %v + FetchTimeout %v: a media server answering in time would read as stale",
+			t.staleAfter, t.resync, t.timeout)
 	}
 	t.backoff0 = min(t.backoff0, MaxRefetchBackoff)
 	return t
@@ -147,8 +205,9 @@ func (t *Tracker) Start(ctx context.Context) error {
 	}
 }
 
-// Stop ends the tracker: it unsubscribes and stops its goroutine. The last snapshot stays readable;
-// waits return ErrTrackerStopped. Stop may be called more than once, and before Start. A tracker whose
+// Stop ends the tracker: it unsubscribes, stops its goroutine and abandons the fetches in flight. The
+// last snapshot stays readable as it was (no longer refreshed, never made stale); waits return
+// ErrTrackerStopped. Stop may be called more than once, and before Start. A tracker whose
 // NATS connection was closed for good has stopped following by itself: its waits return
 // ErrTrackerStopped wrapping nats.ErrConnectionClosed; Stop is still called to release it.
 func (t *Tracker) Stop() {
@@ -183,13 +242,18 @@ var errConnClosed = fmt.Errorf("%w: its NATS connection is closed: %w", ErrTrack
 func (t *Tracker) onChanged(m *nats.Msg) {
 	var c Changed
 	if err := json.Unmarshal(m.Data, &c); err != nil {
+		// It may announce anything, a generation above every fetch in flight included.
 		t.log.Warn("capabilities: malformed changed message; fetching", "error", err)
-		t.wantFetch()
+		t.Refresh()
 		return
 	}
 	t.mu.Lock()
 	held := t.heldLocked()
 	fetch := t.caps == nil || c.Generation > held
+	if t.stale && c.Generation == held {
+		// The media server is back: confirm the stale snapshot now, not at the next retry.
+		fetch, t.forced = true, true
+	}
 	if c.Generation > t.announced {
 		t.announced = c.Generation
 	}
@@ -203,8 +267,15 @@ func (t *Tracker) onChanged(m *nats.Msg) {
 // when the media server refuses a command in a way the snapshot does not explain (SOURCE_UNAVAILABLE
 // for a session it shows online, VARIANT_NOT_READY for a variant it shows READY): announcements are
 // NATS messages, delivered at most once, and one that was lost leaves the tracker behind until the
-// next. Refresh does not wait; WaitGeneration, WaitFor or Subscribe tell when a newer snapshot is in.
-func (t *Tracker) Refresh() { t.wantFetch() }
+// next (or until the next periodic fetch, ResyncInterval). The fetch is sent even while an earlier
+// one is unanswered, so that its answer postdates the call. Refresh does not wait; WaitGeneration,
+// WaitFor or Subscribe tell when a newer snapshot is in.
+func (t *Tracker) Refresh() {
+	t.mu.Lock()
+	t.forced = true
+	t.mu.Unlock()
+	t.wantFetch()
+}
 
 func (t *Tracker) wantFetch() {
 	select {
@@ -220,10 +291,43 @@ func (t *Tracker) heldLocked() uint64 {
 	return t.caps.Generation
 }
 
+// fetchResult is the outcome of fetch number seq.
+type fetchResult struct {
+	seq  uint64
+	caps *ServerCapabilities
+	err  error
+}
+
+// timer is a one-shot timer that can be disarmed; C is nil while it is disarmed.
+type timer struct {
+	t *time.Timer
+	C <-chan time.Time
+}
+
+func (x *timer) arm(d time.Duration) {
+	x.stop()
+	x.t = time.NewTimer(d)
+	x.C = x.t.C
+}
+
+// stop disarms x (also after it fired).
+func (x *timer) stop() {
+	if x.t != nil {
+		x.t.Stop()
+		x.t, x.C = nil, nil
+	}
+}
+
 // run subscribes to announcements and reconnects, then fetches whenever one is wanted, retrying with
 // backoff, until ctx ends or the NATS connection is closed for good (then it ends the waits, which
 // could otherwise only wait for their contexts). It reports on first the subscription's failure, the
 // closed connection or, once, that the first snapshot is installed.
+//
+// Fetches run on goroutines of their own, at most maxFetchesInFlight at once, and report here in the
+// order they complete: a new fetch is sent when one is wanted that those in flight cannot satisfy (an
+// announcement above the one the newest was sent for, Refresh, a reconnect) or, with none in flight,
+// when one is wanted at all. Only once none is in flight does the loop decide on a retry (the newest
+// failed, or the tracker is behind the announcements) or, caught up, arm the periodic fetch.
 func (t *Tracker) run(ctx context.Context, first chan<- error) {
 	defer close(t.done)
 	sub, err := t.nc.Subscribe(ChangedSubject(t.prefix), t.onChanged)
@@ -253,58 +357,68 @@ func (t *Tracker) run(ctx context.Context, first chan<- error) {
 		_ = sub.Unsubscribe()
 		t.nc.RemoveStatusListener(status)
 	}()
+
+	var fetches sync.WaitGroup
+	defer fetches.Wait() // after cancelFetches: no fetch outlives run
+	fctx, cancelFetches := context.WithCancel(ctx)
+	defer cancelFetches()
+	results := make(chan fetchResult, maxFetchesInFlight) // never blocks a fetch: at most that many run
+
 	var (
-		backoff time.Duration
-		retry   *time.Timer
-		retryC  <-chan time.Time
+		seq        uint64 // of the newest fetch sent
+		seqAnn     uint64 // the highest generation announced when it was sent
+		newestOK   uint64 // seq of the newest fetch sent that succeeded
+		newestDone uint64 // seq of the newest fetch sent that completed
+		newestBad  bool   // ... and it failed
+		inFlight   int
+		pending    bool // a fetch is wanted, held back by maxFetchesInFlight
+		backoff    time.Duration
+		retry      timer // a retry with backoff
+		resync     timer // the periodic fetch
+		staleTimer timer // StaleAfter since the snapshot was last confirmed
 	)
 	defer func() {
-		if retry != nil {
-			retry.Stop()
-		}
+		retry.stop()
+		resync.stop()
+		staleTimer.stop()
 	}()
-	fetch := true
-	for {
-		if fetch {
-			fetch = false
-			if retry != nil {
-				retry.Stop()
-				retry, retryC = nil, nil
-			}
-			caughtUp, err := t.fetchOnce(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			if first != nil && t.hasSnapshot() {
-				first <- nil
-				first = nil
-			}
-			if errors.Is(err, nats.ErrConnectionClosed) || t.nc.IsClosed() {
-				closedConn()
-				return
-			}
-			if err != nil || !caughtUp {
-				if backoff == 0 {
-					backoff = t.backoff0
-				} else {
-					backoff = min(2*backoff, MaxRefetchBackoff)
-				}
-				if err != nil {
-					t.log.Warn("capabilities: fetch failed; retrying", "error", err, "retry_in", backoff)
-				} else {
-					t.log.Debug("capabilities: fetched generation is behind the announced one; retrying", "retry_in", backoff)
-				}
-				retry = time.NewTimer(backoff)
-				retryC = retry.C
-			} else {
-				backoff = 0
-			}
+	send := func() {
+		if inFlight >= maxFetchesInFlight {
+			pending = true
+			return
 		}
+		pending = false
+		retry.stop()
+		resync.stop()
+		seq++
+		t.mu.Lock()
+		seqAnn = t.announced
+		t.mu.Unlock()
+		inFlight++
+		fetches.Add(1)
+		go func(seq uint64) {
+			defer fetches.Done()
+			caps, err := t.fetch(fctx)
+			results <- fetchResult{seq: seq, caps: caps, err: err}
+		}(seq)
+	}
+
+	send()
+	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.kick:
-			fetch = true
+			t.mu.Lock()
+			forced, announced := t.forced, t.announced
+			t.forced = false
+			t.mu.Unlock()
+			// A fetch in flight sent before a newer generation was announced may answer the older
+			// one, or never answer: it does not make this one wait. A repeated announcement is left
+			// to the fetch in flight or the retry already armed.
+			if forced || announced > seqAnn || inFlight == 0 && retry.C == nil {
+				send()
+			}
 		case s, ok := <-status:
 			if !ok {
 				status = nil
@@ -315,10 +429,83 @@ func (t *Tracker) run(ctx context.Context, first chan<- error) {
 				return
 			}
 			t.log.Debug("capabilities: NATS reconnected; fetching")
-			fetch = true
-		case <-retryC:
-			retry, retryC = nil, nil
-			fetch = true
+			send() // announcements sent while disconnected are lost, and so may be the replies in flight
+		case <-retry.C:
+			retry.stop()
+			send()
+		case <-resync.C:
+			resync.stop()
+			if inFlight == 0 {
+				t.log.Debug("capabilities: periodic fetch")
+				send()
+			}
+		case <-staleTimer.C:
+			staleTimer.stop()
+			t.markStale("no fetch confirmed it within StaleAfter", "stale_after", t.staleAfter)
+		case r := <-results:
+			inFlight--
+			if ctx.Err() != nil {
+				return
+			}
+			if r.err != nil && (errors.Is(r.err, nats.ErrConnectionClosed) || t.nc.IsClosed()) {
+				closedConn()
+				return
+			}
+			if r.seq > newestDone {
+				newestDone, newestBad = r.seq, r.err != nil
+			}
+			var gen uint64
+			switch {
+			case r.err != nil && r.seq < newestOK:
+				// A fetch sent after it was answered: this one says nothing newer.
+				t.log.Debug("capabilities: an earlier fetch failed after a later one succeeded", "error", r.err)
+			case r.err != nil:
+				t.log.Warn("capabilities: fetch failed", "error", r.err)
+				if errors.Is(r.err, nats.ErrNoResponders) {
+					t.markStale("no media server answers " + GetSubject(t.prefix))
+				}
+			default:
+				gen = r.caps.Generation
+				newestOK = max(newestOK, r.seq)
+				if t.accept(r.caps) && t.staleAfter > 0 {
+					staleTimer.arm(t.staleAfter)
+				}
+			}
+			if t.onFetch != nil {
+				t.onFetch(gen, r.err)
+			}
+			if first != nil && t.hasSnapshot() {
+				first <- nil
+				first = nil
+			}
+			if pending {
+				send()
+				continue
+			}
+			if inFlight > 0 {
+				continue // the newer fetches tell
+			}
+			t.mu.Lock()
+			behind := t.caps == nil || t.caps.Generation < t.announced
+			t.mu.Unlock()
+			if newestBad || behind {
+				if backoff == 0 {
+					backoff = t.backoff0
+				} else {
+					backoff = min(2*backoff, MaxRefetchBackoff)
+				}
+				if newestBad {
+					t.log.Debug("capabilities: retrying the failed fetch", "retry_in", backoff)
+				} else {
+					t.log.Debug("capabilities: fetched generation is behind the announced one; retrying", "retry_in", backoff)
+				}
+				retry.arm(backoff)
+			} else {
+				backoff = 0
+				if t.resync > 0 {
+					resync.arm(t.resync)
+				}
+			}
 		}
 	}
 }
@@ -329,33 +516,18 @@ func (t *Tracker) hasSnapshot() bool {
 	return t.caps != nil
 }
 
-// fetchOnce requests the capabilities and installs them when newer. caughtUp reports whether the
-// tracker now holds at least the highest announced generation.
-func (t *Tracker) fetchOnce(ctx context.Context) (caughtUp bool, err error) {
-	var gen uint64
-	defer func() {
-		if t.onFetch != nil {
-			t.onFetch(gen, err)
-		}
-	}()
+// fetch requests the capabilities.
+func (t *Tracker) fetch(ctx context.Context) (*ServerCapabilities, error) {
 	if t.nc.IsClosed() {
-		return false, nats.ErrConnectionClosed
+		return nil, nats.ErrConnectionClosed
 	}
 	rctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 	msg, err := t.nc.RequestWithContext(rctx, GetSubject(t.prefix), nil)
 	if err != nil {
-		return false, fmt.Errorf("capabilities: fetch %s: %w", GetSubject(t.prefix), err)
+		return nil, fmt.Errorf("capabilities: fetch %s: %w", GetSubject(t.prefix), err)
 	}
-	caps, err := decodeCapabilities(msg.Data)
-	if err != nil {
-		return false, err
-	}
-	gen = caps.Generation
-	t.install(caps)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.caps != nil && t.caps.Generation >= t.announced, nil
+	return decodeCapabilities(msg.Data)
 }
 
 // decodeCapabilities decodes a reply of caps.v1.get. A reply that is not a ServerCapabilities, a JSON
@@ -401,6 +573,26 @@ func isJSONObject(data []byte) bool {
 	return false
 }
 
+// accept takes a fetched snapshot: it installs it when it is the first or newer than the one held,
+// and makes the one held current again when it is stale and caps has its generation. It reports
+// whether caps confirms the snapshot held (it is now the one held, or has its generation).
+func (t *Tracker) accept(caps *ServerCapabilities) (confirmed bool) {
+	if t.install(caps) {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if caps.Generation != t.caps.Generation {
+		return false // older: a lagging responder
+	}
+	if t.stale {
+		t.stale, t.view = false, t.caps
+		t.log.Info("capabilities: the media server answers again; the snapshot is current", "generation", t.caps.Generation)
+		t.publishLocked()
+	}
+	return true
+}
+
 // install makes caps the current snapshot if it is the first or newer than the one held, and wakes
 // waiters and subscribers. It reports whether it installed caps. caps must not be modified afterwards.
 func (t *Tracker) install(caps *ServerCapabilities) bool {
@@ -409,7 +601,31 @@ func (t *Tracker) install(caps *ServerCapabilities) bool {
 	if t.caps != nil && caps.Generation <= t.caps.Generation {
 		return false
 	}
-	t.caps = caps
+	t.caps, t.view, t.stale = caps, caps, false
+	t.publishLocked()
+	t.log.Debug("capabilities: installed", "generation", caps.Generation, "sources", len(caps.Sources))
+	return true
+}
+
+// markStale makes the snapshot held stale (see Tracker): readers see it with every source offline.
+func (t *Tracker) markStale(why string, args ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.caps == nil || t.stale {
+		return
+	}
+	view := t.caps.Clone()
+	for i := range view.Sources {
+		view.Sources[i].Online = false
+	}
+	t.stale, t.view = true, &view
+	t.log.Warn("capabilities: the snapshot is stale ("+why+"); its sources read offline until a fetch confirms it",
+		append([]any{"generation", t.caps.Generation}, args...)...)
+	t.publishLocked()
+}
+
+// publishLocked wakes waiters and subscribers after a change of view. t.mu must be held.
+func (t *Tracker) publishLocked() {
 	close(t.changed)
 	t.changed = make(chan struct{})
 	for ch := range t.notify {
@@ -418,15 +634,23 @@ func (t *Tracker) install(caps *ServerCapabilities) bool {
 		default: // a notification is already pending: coalesced
 		}
 	}
-	t.log.Debug("capabilities: installed", "generation", caps.Generation, "sources", len(caps.Sources))
-	return true
 }
 
-// Current returns a copy of the latest capabilities; the zero value (Generation 0, no sources) before
-// the first snapshot.
+// Stale reports whether the snapshot held is stale: a fetch found no media server answering
+// caps.v1.get, or none confirmed the snapshot for StaleAfter. Current, Resolve and the waits then show
+// it with every source offline (see Tracker). False before the first snapshot and once a fetch
+// confirms it again; a stopped tracker keeps what it last reported.
+func (t *Tracker) Stale() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stale
+}
+
+// Current returns a copy of the latest capabilities, with every source offline while they are stale
+// (see Stale); the zero value (Generation 0, no sources) before the first snapshot.
 func (t *Tracker) Current() ServerCapabilities {
 	t.mu.Lock()
-	c := t.caps
+	c := t.view
 	t.mu.Unlock()
 	if c == nil {
 		return ServerCapabilities{}
@@ -434,7 +658,8 @@ func (t *Tracker) Current() ServerCapabilities {
 	return c.Clone()
 }
 
-// Generation returns the generation of the latest capabilities; 0 before the first snapshot.
+// Generation returns the generation of the latest capabilities, stale or not; 0 before the first
+// snapshot.
 func (t *Tracker) Generation() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -443,24 +668,26 @@ func (t *Tracker) Generation() uint64 {
 
 // Resolve returns the current session of the source whose stable id is sourceID. ok is false when the
 // capabilities list no such source (or none are in yet). When online is false the source is
-// disconnected and sessionID is its last, stale session: commands naming it fail with
-// ErrSourceUnavailable; wait for a snapshot showing it online with a new session.
+// disconnected, or the capabilities are stale (see Stale), and sessionID is its last session, which
+// may be stale: commands naming it fail with ErrSourceUnavailable, or find no media server; wait for a
+// snapshot showing it online.
 func (t *Tracker) Resolve(sourceID string) (sessionID string, online bool, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.caps == nil {
+	if t.view == nil {
 		return "", false, false
 	}
-	s, ok := t.caps.Source(sourceID)
+	s, ok := t.view.Source(sourceID)
 	if !ok {
 		return "", false, false
 	}
 	return s.SessionID, s.Online, true
 }
 
-// Subscribe returns a channel that receives a notification whenever a new generation is installed,
-// and a function that ends the subscription. Notifications are coalesced (the channel holds at most
-// one; a slow reader gets one for any number of installs) and never block the tracker. Read Current
+// Subscribe returns a channel that receives a notification whenever a new generation is installed or
+// the snapshot held becomes stale or current again (see Stale), and a function that ends the
+// subscription. Notifications are coalesced (the channel holds at most one; a slow reader gets one
+// for any number of changes) and never block the tracker. Read Current
 // after a notification; subscribe before the first read so that no change falls in between. The
 // channel is not closed, not even by cancel or Stop.
 func (t *Tracker) Subscribe() (<-chan struct{}, func()) {
@@ -475,9 +702,9 @@ func (t *Tracker) Subscribe() (<-chan struct{}, func()) {
 	}
 }
 
-// WaitFor returns once cond is true of an installed snapshot. cond is called with the snapshot held
-// when WaitFor is called (if any) and then with the latest snapshot each time it wakes after an
-// install: snapshots installed while cond runs, or in quick succession, are seen only as the last of
+// WaitFor returns once cond is true of the capabilities as Current shows them (with every source
+// offline while they are stale). cond is called with the snapshot held when WaitFor is called (if
+// any) and then with the latest view each time it wakes after a change: snapshots installed while cond runs, or in quick succession, are seen only as the last of
 // them (as the tracker itself sees only the generations it fetches), so cond should test a state,
 // not wait for a passing one. It must not modify or keep the snapshot, and runs on the caller's
 // goroutine. WaitFor returns ctx's error when ctx ends first and
@@ -491,7 +718,7 @@ func (t *Tracker) waitFor(ctx context.Context, f func(*ServerCapabilities) (bool
 	var last *ServerCapabilities
 	for {
 		t.mu.Lock()
-		caps, ch := t.caps, t.changed
+		caps, ch := t.view, t.changed
 		t.mu.Unlock()
 		if caps != nil && caps != last {
 			last = caps
@@ -515,7 +742,7 @@ func (t *Tracker) waitFor(ctx context.Context, f func(*ServerCapabilities) (bool
 	}
 }
 
-// WaitGeneration returns once the tracker holds generation gen or a later one.
+// WaitGeneration returns once the tracker holds generation gen or a later one, stale or not.
 func (t *Tracker) WaitGeneration(ctx context.Context, gen uint64) error {
 	return t.WaitFor(ctx, func(c *ServerCapabilities) bool { return c.Generation >= gen })
 }
@@ -524,7 +751,8 @@ func (t *Tracker) WaitGeneration(ctx context.Context, gen uint64) error {
 // in another state it waits, waking on each new snapshot; when it is FAILED (and want is not FAILED)
 // it returns a *VariantFailedError (errors.Is(err, ErrVariantFailed)). A READY variant counts only
 // while its source is online: nothing of an offline source can be subscribed to, whatever state a
-// media server keeps listing for its variants, so a wait for READY also waits for the source. It
+// media server keeps listing for its variants, so a wait for READY also waits for the source, and for
+// capabilities that are not stale (see Stale). It
 // returns ctx's error when ctx ends first and ErrTrackerStopped when the tracker stops.
 //
 // A snapshot taken before a command the caller just sent may still show the variant's previous state:
