@@ -59,11 +59,20 @@ func Campaign(ctx context.Context, c *client.Client, o Options) (*Lease, error) 
 		// has not caught up with yet.
 		var held *HeldError
 		if errors.As(err, &held) {
-			if err := cache.WaitForRevision(ctx, held.Revision); err != nil {
+			if werr := cache.WaitForRevision(ctx, held.Revision); werr != nil {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
-				return nil, fmt.Errorf("lease: watch %s:%s: %w", o.Namespace, o.Key, err)
+				if errors.Is(werr, client.ErrEpochChanged) {
+					// The store was restored between the claim and the wait (the cache resyncs to
+					// it): the refusal was the old epoch's; claim again in the new one.
+					var l *Lease
+					if l, err = claim(ctx, c, o); !errors.Is(err, ErrHeld) {
+						return l, err
+					}
+					continue
+				}
+				return nil, fmt.Errorf("lease: watch %s:%s: %w", o.Namespace, o.Key, werr)
 			}
 		}
 		if _, ok := cache.Get(o.Key); ok {

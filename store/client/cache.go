@@ -47,9 +47,14 @@ func ackEvery(maxPending int64) uint64 {
 // NATS connection was closed (it then keeps its last entries, and follows nothing more).
 var ErrCacheClosed = errors.New("store/client: cache closed")
 
+// errEpochMoved is an attempt's error when info gave another epoch after the watch than before it
+// (a restore in between): the snapshot's epoch is unknown, and the attempt is retried.
+var errEpochMoved = errors.New("the store's epoch changed during the watch request")
+
 // ErrEpochChanged is returned by WaitForRevision when the cache resyncs to a store of another epoch (a
-// restore) while it waits: the revision waited for belongs to the old epoch and is void (SPEC section
-// 4); the write it named may or may not be in the restored store.
+// restore) while it waits, or the store tells it is in another epoch than the cache: the revision
+// waited for cannot be compared with the cache's (SPEC section 4); the write it named may or may not
+// be in the restored store.
 var ErrEpochChanged = errors.New("store/client: the store's epoch changed (a restore): revisions of the old epoch are void")
 
 // CacheOptions configure a Cache. Namespace is required; the rest is optional.
@@ -135,6 +140,9 @@ type Cache struct {
 	changed chan struct{} // closed and replaced whenever rev or epoch changes
 
 	resyncs atomic.Uint64
+	// nudge asks the run goroutine to resync: a wait learned from info that the store has moved to
+	// another epoch than the cache's (a restore the cache's watch did not tell it of).
+	nudge chan struct{}
 
 	ctx       context.Context // the cache's lifetime
 	cancel    context.CancelFunc
@@ -191,7 +199,7 @@ func (c *Client) NewCache(ctx context.Context, o CacheOptions) (*Cache, error) {
 		c: c, ns: o.Namespace, prefix: o.KeyPrefix, watchID: o.WatchID, h: o.Handlers,
 		log:      o.Logger.With("namespace", o.Namespace, "key_prefix", o.KeyPrefix, "watch_id", o.WatchID),
 		backoff0: min(o.ResyncBackoff, MaxResyncBackoff), check: o.CheckInterval, ackDelay: o.AckDelay,
-		entries: map[string]wire.Entry{}, changed: make(chan struct{}),
+		entries: map[string]wire.Entry{}, changed: make(chan struct{}), nudge: make(chan struct{}, 1),
 		ctx: lctx, cancel: cancel, done: make(chan struct{}),
 		status: c.nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED),
 	}
@@ -239,7 +247,8 @@ func (k *Cache) List() []wire.Entry {
 
 // Revision returns the namespace revision the cache reflects: the snapshot_revision of the last
 // installed snapshot, then the revision of each update applied after it, once its handler returned.
-// Only changes under the key prefix move it. After a restore (a new epoch) it can be lower than before.
+// Only changes under the key prefix move it. After a restore (a new epoch) it can be lower than before:
+// it is 0 while OnResync runs for the new epoch's first snapshot, then that snapshot's revision.
 func (k *Cache) Revision() uint64 {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
@@ -247,9 +256,9 @@ func (k *Cache) Revision() uint64 {
 }
 
 // Epoch returns the store's epoch (SPEC section 4) that the cache's entries and Revision belong to,
-// as info reported it before the installed snapshot was taken. A
-// restore starts a new epoch: revisions of the old one are void, and the cache's Revision can go down.
-// Compare it across a write and a WaitForRevision to be sure both speak of the same store.
+// as info reported it both before and after the installed snapshot was taken. A restore starts a new
+// epoch: revisions of the old one are void, and the cache's Revision can go down (it is 0 while
+// OnResync runs for the first snapshot of a new epoch).
 func (k *Cache) Epoch() string {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
@@ -257,12 +266,21 @@ func (k *Cache) Epoch() string {
 }
 
 // WaitForRevision returns once Revision() >= rev, so a writer can wait until the cache shows its own
-// write (the revision of the stored entry, or of the delete) and the handlers have seen it. rev must be the revision of a change
-// under the cache's prefix, or at most one the cache has already seen: other changes of the namespace
-// do not reach the cache. It returns ctx's error when ctx ends first, ErrCacheClosed when the cache is
-// closed, and ErrEpochChanged when the cache resyncs to another epoch meanwhile (its revisions are not
-// comparable with rev). A writer that may outlive a restore between its write and the wait uses
-// WaitForRevisionIn with the Epoch it read before writing.
+// write (the revision of the stored entry, or of the delete) and the handlers have seen it. rev must
+// be the revision of a change under the cache's prefix, or at most one the cache has already seen:
+// other changes of the namespace do not reach the cache. It returns ctx's error when ctx ends first,
+// ErrCacheClosed when the cache is closed, and ErrEpochChanged when the revision cannot be compared
+// with the cache's: the cache resyncs to another epoch meanwhile, or the store is in another epoch
+// than the cache (a restore the cache has not seen yet; the write may then be of either epoch).
+//
+// A revision says nothing without its epoch, and a write's reply names none. So once the cache
+// reached rev, WaitForRevision asks the store (one info request, retried while the store does not
+// answer, until ctx ends) whether its epoch is still the cache's: if so, the store has been in that
+// epoch since the cache's snapshot, a write answered between that snapshot and this call was made in
+// it, and the cache holds it. Without that check a cache that has not yet seen a restore would take a
+// revision of the restored store for one of its own. WaitForRevision takes the cache's epoch when it
+// is called: a writer that may outlive a restore between its write and the wait (the cache may have
+// moved to the new epoch already) uses WaitForRevisionIn with the Epoch it read before writing.
 func (k *Cache) WaitForRevision(ctx context.Context, rev uint64) error {
 	return k.WaitForRevisionIn(ctx, k.Epoch(), rev)
 }
@@ -281,7 +299,7 @@ func (k *Cache) WaitForRevisionIn(ctx context.Context, epoch string, rev uint64)
 			return fmt.Errorf("store/client: the cache cannot watch again: %w", stalled)
 		}
 		if cur >= rev {
-			return nil
+			return k.confirmEpoch(ctx, epoch)
 		}
 		select {
 		case <-ch:
@@ -290,6 +308,41 @@ func (k *Cache) WaitForRevisionIn(ctx context.Context, epoch string, rev uint64)
 		case <-k.done:
 			return ErrCacheClosed
 		}
+	}
+}
+
+// confirmEpoch asks the store whether it is still in epoch, the cache's: nil if so, ErrEpochChanged
+// (and a resync of the cache) if not. A store that does not answer, or answers without an epoch (it
+// is not served), is asked again until ctx ends or the cache stops.
+func (k *Cache) confirmEpoch(ctx context.Context, epoch string) error {
+	backoff := k.backoff0
+	for {
+		info, err := k.c.Info(ctx)
+		switch {
+		case err == nil && info.Epoch == epoch:
+			return nil
+		case err == nil && info.Epoch != "":
+			select {
+			case k.nudge <- struct{}{}:
+			default:
+			}
+			return ErrEpochChanged
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, nats.ErrConnectionClosed):
+			return fmt.Errorf("%w: cannot confirm the store's epoch: %w", ErrCacheClosed, err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-k.done:
+			t.Stop()
+			return ErrCacheClosed
+		}
+		backoff = min(2*backoff, MaxResyncBackoff)
 	}
 }
 
@@ -374,6 +427,10 @@ func (k *Cache) run(first chan<- error) {
 			}
 		case <-ready:
 			if !k.resyncAfter("", k.drain()) {
+				return
+			}
+		case <-k.nudge:
+			if k.resync("info reports another epoch than the cache's") != nil {
 				return
 			}
 		case s, ok := <-k.status:
@@ -570,7 +627,7 @@ func transient(err error) bool {
 	case wire.CodeUnavailable, wire.CodeWatchExists:
 		return true
 	case "":
-		return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		return errors.Is(err, errEpochMoved) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 			errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
 	}
 	return false
@@ -651,6 +708,19 @@ func (k *Cache) attempt() error {
 		_ = k.unwatch()
 		return fmt.Errorf("store/client: watch reply: %w", err)
 	}
+	// The watch reply names no epoch. The store's epoch changes only across a restore, with the
+	// server stopped, and never comes back: info giving the same epoch before and after the watch
+	// proves the snapshot is of that epoch. A restore (and restart) in between would otherwise label
+	// the new store's snapshot with the old epoch.
+	after, err := k.c.Info(k.ctx)
+	if err == nil && after.Epoch != epoch {
+		err = fmt.Errorf("%w: %q before the watch, %q after", errEpochMoved, epoch, after.Epoch)
+	}
+	if err != nil {
+		_ = sub.Unsubscribe()
+		_ = k.unwatch()
+		return fmt.Errorf("store/client: info after watch %s: %w", k.watchID, err)
+	}
 	entries := make(map[string]wire.Entry, len(ws.Entries))
 	for _, e := range ws.Entries {
 		entries[e.Key] = e
@@ -662,6 +732,10 @@ func (k *Cache) attempt() error {
 	k.entries = entries
 	if k.installed && epoch != k.epoch {
 		k.log.Warn("state cache resynced to a new epoch: the store was restored", "old_epoch", k.epoch, "epoch", epoch)
+		// The old epoch's revision says nothing of the new one: until OnResync returned, no revision
+		// of the new epoch is reached, and waiters on the old one learn at once that it is void.
+		k.epoch = epoch
+		k.setRevLocked(0)
 	}
 	k.epoch = epoch
 	k.stalled = nil

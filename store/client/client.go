@@ -52,6 +52,11 @@ type Client struct {
 	// the request id of the latest: a cut-short request's registration is reaped only if no later
 	// request for the same id was sent (its unwatch could remove the later one's registration).
 	watchReqs map[string]int64
+	// reaping holds, per watch id whose cut-short registration is being unwatched, a channel closed
+	// once that unwatch is answered (or given up). A watch request for the id waits for it: sent
+	// meanwhile, it could register a watch (after an unwatch of the old one by its caller) that the
+	// reap's unwatch would then remove.
+	reaping map[string]chan struct{}
 }
 
 // Connect dials NATS for principal the way the state server's permissions require: inbox prefix
@@ -112,7 +117,8 @@ func (c *Client) Conn() *nats.Conn { return c.nc }
 // comes before ctx ends, Finish returns it. Otherwise it returns ctx.Err() itself at once, and calls late
 // with the request's result when it comes (on a goroutine of its own), so the caller can undo what a
 // request it gave up on did after all. A ctx that has already ended sends nothing: Finish returns
-// ctx.Err() and never calls late (a request sent regardless could take an id a next call needs).
+// ctx.Err() and never calls late (a request sent regardless could take an id a next call needs). late
+// may be nil: the request then simply runs to its end.
 func Finish[T any](ctx context.Context, c *Client, request func(context.Context) (T, error), late func(T, error)) (T, error) {
 	if err := ctx.Err(); err != nil {
 		var zero T
@@ -139,7 +145,9 @@ func Finish[T any](ctx context.Context, c *Client, request func(context.Context)
 	case <-ctx.Done():
 		go func() {
 			a := <-done
-			late(a.v, a.err)
+			if late != nil {
+				late(a.v, a.err)
+			}
 		}()
 		var zero T
 		return zero, ctx.Err()
@@ -314,25 +322,66 @@ func (c *Client) Ack(ctx context.Context, watchID string, seq uint64) error {
 	return nil
 }
 
-// startWatchRequest records request id as the latest watch request for watchID.
-func (c *Client) startWatchRequest(watchID string, id int64) {
-	c.watchMu.Lock()
-	defer c.watchMu.Unlock()
-	if c.watchReqs == nil {
-		c.watchReqs = map[string]int64{}
+// startWatchRequest records request id as the latest watch request for watchID, once no reap of
+// watchID is in flight; it returns ctx's error if ctx ends first.
+func (c *Client) startWatchRequest(ctx context.Context, watchID string, id int64) error {
+	for {
+		c.watchMu.Lock()
+		reaping := c.reaping[watchID]
+		if reaping == nil {
+			if c.watchReqs == nil {
+				c.watchReqs = map[string]int64{}
+			}
+			c.watchReqs[watchID] = id
+			c.watchMu.Unlock()
+			return nil
+		}
+		c.watchMu.Unlock()
+		select {
+		case <-reaping:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	c.watchReqs[watchID] = id
 }
 
-// endWatchRequest forgets request id of watchID; it reports whether it was still the latest.
-func (c *Client) endWatchRequest(watchID string, id int64) bool {
+// endWatchRequest forgets request id of watchID if it is still the latest.
+func (c *Client) endWatchRequest(watchID string, id int64) {
 	c.watchMu.Lock()
 	defer c.watchMu.Unlock()
+	if c.watchReqs[watchID] == id {
+		delete(c.watchReqs, watchID)
+	}
+}
+
+// lateWatchReply handles the reply of watch request id for watchID that came after its caller had
+// given up: if the request registered the watch and no later request for the id was sent meanwhile,
+// it unwatches the registration, holding back new watch requests of the id until that unwatch is
+// answered. The check and the hold are one step, so no request can slip in between.
+func (c *Client) lateWatchReply(watchID string, id int64, registered bool) {
+	c.watchMu.Lock()
 	if c.watchReqs[watchID] != id {
-		return false
+		c.watchMu.Unlock()
+		return
 	}
 	delete(c.watchReqs, watchID)
-	return true
+	if !registered {
+		c.watchMu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	if c.reaping == nil {
+		c.reaping = map[string]chan struct{}{}
+	}
+	c.reaping[watchID] = done
+	c.watchMu.Unlock()
+	defer func() {
+		c.watchMu.Lock()
+		delete(c.reaping, watchID)
+		c.watchMu.Unlock()
+		close(done)
+	}()
+	c.reap(watchID)
 }
 
 // reap unwatches a watch that a request cut short registered after its caller had given up on it.

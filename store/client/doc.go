@@ -14,14 +14,16 @@
 // snapshot in whole, so readers never see a cache that is half empty or that has skipped an update. A
 // writer waits for its own write with WaitForRevision. Revisions belong to the store's epoch
 // (Cache.Epoch): a restore starts a new one, and a wait for a revision of the old epoch ends with
-// ErrEpochChanged.
+// ErrEpochChanged. A wait that reached its revision asks the store (info) whether its epoch is still
+// the cache's, so a restore the cache has not seen yet is never mistaken for progress.
 //
 // A watch request given up (its context ended) may still register the watch on the server; the client
 // waits for its reply in the background and unwatches what it registered, unless a later request for
 // the same id was sent meanwhile (that caller owns the id: WATCH_EXISTS then means the earlier
-// registration still holds it; unwatch, then watch again, as a Cache does). A request that gets no
-// reply at all, within the later of its context's deadline and the request timeout, has an unknown
-// outcome, as any request without a reply.
+// registration still holds it; unwatch, then watch again, as a Cache does). A watch request for the
+// id waits while such an unwatch is in flight, so the unwatch never removes the newer watch. A
+// request that gets no reply at all, within the later of its context's deadline and the request
+// timeout, has an unknown outcome, as any request without a reply.
 //
 // The connection must use the principal's inbox prefix `_INBOX.<principal>` (the server's NATS
 // permissions allow no other); Connect sets it.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -95,4 +96,106 @@ func TestWatchWithAnEndedContextSendsNothing(t *testing.T) {
 		}
 	}
 	awaitNoWatches(t, env)
+}
+
+// A watch request given up registers its watch late, and the client unwatches that registration in
+// the background. A new watch of the same id by the same client must not be removed by that late
+// unwatch: sent while it is in flight, WATCH_EXISTS, then the caller's unwatch and watch again (as
+// the package doc says to) would register a watch that the late unwatch then removes, leaving the
+// caller a watch the server no longer holds. The new request waits for the late unwatch instead.
+func TestLateUnwatchLeavesANewWatchOfTheSameID(t *testing.T) {
+	env := startEnv(t)
+	ctx := ctxT(t)
+	const ns = "user/alice"
+	watchSeen, releaseWatch := make(chan struct{}), make(chan struct{})
+	reapHeld, releaseReap, reapDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var r *relay
+	r = startRelay(t, env.URL, relayHooks{
+		before: func(op wire.Op, n int) bool {
+			switch {
+			case op == wire.OpWatch && n == 1: // the request given up: held until its caller gave up
+				close(watchSeen)
+				select {
+				case <-releaseWatch:
+				case <-r.stopped:
+				}
+			case op == wire.OpUnwatch && n == 1: // the late unwatch of its registration
+				close(reapHeld)
+				select {
+				case <-releaseReap:
+				case <-r.stopped:
+				}
+			}
+			return true
+		},
+		after: func(op wire.Op, n int, _ []byte) bool {
+			if op == wire.OpUnwatch && n == 1 {
+				close(reapDone)
+			}
+			return true
+		},
+	})
+	c := newClient(t, env, alice.ID, WithPrefix(relayPrefix))
+	req := wire.WatchRequest{WatchID: "same", Namespace: ns}
+
+	gaveUp, cancel := context.WithCancel(ctx)
+	go func() { <-watchSeen; cancel() }()
+	if w, err := c.Watch(gaveUp, req); !errors.Is(err, context.Canceled) {
+		if w != nil {
+			_ = w.Stop(ctx)
+		}
+		t.Fatalf("the watch given up returned %v", err)
+	}
+	close(releaseWatch) // it registers after all; the client unwatches it, and the relay holds that
+	select {
+	case <-reapHeld:
+	case <-ctx.Done():
+		t.Fatal("the late registration was never unwatched")
+	}
+
+	type result struct {
+		w   *Watch
+		err error
+	}
+	second := make(chan result, 1)
+	go func() { w, err := c.Watch(ctx, req); second <- result{w, err} }()
+	var w *Watch
+	select {
+	case res := <-second:
+		// Sent while the late unwatch is in flight: the late registration still holds the id.
+		if !errors.Is(res.err, wire.ErrWatchExists) {
+			t.Fatalf("watch while the late unwatch is in flight: %v", res.err)
+		}
+		if err := c.Unwatch(ctx, req.WatchID); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if w, err = c.Watch(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		close(releaseReap)
+	case <-time.After(300 * time.Millisecond): // not an event: the watch waits for the late unwatch
+		close(releaseReap)
+		res := <-second
+		if res.err != nil {
+			t.Fatalf("watch after the late unwatch: %v", res.err)
+		}
+		w = res.w
+	}
+	defer func() { _ = w.Stop(ctx) }()
+	select {
+	case <-reapDone:
+	case <-ctx.Done():
+		t.Fatal("the late unwatch was never answered")
+	}
+	if err := c.Ack(ctx, req.WatchID, 0); err != nil {
+		t.Fatalf("the new watch is gone after the late unwatch of the old one: %v", err)
+	}
+	e, err := c.Put(ctx, preference(ns, "k", "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := recv(t, w.Messages()); m.Kind != wire.UpdatePut || m.Revision != e.Revision {
+		t.Fatalf("new watch got %+v, want the PUT at %d", m, e.Revision)
+	}
 }

@@ -7,16 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/keeppeek/coordination/internal/e2e"
 	"github.com/keeppeek/coordination/internal/testenv"
 	"github.com/keeppeek/coordination/store/policy"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+// TestMain runs the tests, removes the stated binary the end-to-end tests built, and checks for leaked
+// goroutines (goleak).
+func TestMain(m *testing.M) { e2e.Main(m) }
 
 // testTimeout bounds every wait in the tests.
 const testTimeout = 30 * time.Second

@@ -81,20 +81,18 @@ func (c *Client) watchRequest(ctx context.Context, req wire.WatchRequest) (*wire
 		return nil, fmt.Errorf("store/client: %s request on %s: %w", wire.OpWatch, c.requestSubject(wire.OpWatch), err)
 	}
 	req.RequestID = c.nextID()
-	c.startWatchRequest(req.WatchID, req.RequestID)
-	latest := false // set when the reply comes: no later request for the id was sent meanwhile
+	if err := c.startWatchRequest(ctx, req.WatchID, req.RequestID); err != nil {
+		return nil, fmt.Errorf("store/client: %s request on %s: %w", wire.OpWatch, c.requestSubject(wire.OpWatch), err)
+	}
 	res, err := Finish(ctx, c, func(rctx context.Context) (wire.Result, error) {
-		res, err := c.call(rctx, wire.OpWatch, req.RequestID, &req)
-		latest = c.endWatchRequest(req.WatchID, req.RequestID)
-		return res, err
+		return c.call(rctx, wire.OpWatch, req.RequestID, &req)
 	}, func(_ wire.Result, err error) {
-		if latest && err == nil {
-			c.reap(req.WatchID)
-		}
+		c.lateWatchReply(req.WatchID, req.RequestID, err == nil)
 	})
 	if ctxErr := ctx.Err(); ctxErr != nil && err == ctxErr { // given up: Finish returns ctx.Err() itself
 		return nil, fmt.Errorf("store/client: %s request on %s: %w", wire.OpWatch, c.requestSubject(wire.OpWatch), err)
 	}
+	c.endWatchRequest(req.WatchID, req.RequestID)
 	if err != nil {
 		return nil, err
 	}
