@@ -138,11 +138,17 @@ func (c *Coordinator) UpdateIntent(ctx context.Context, namespace, key string, f
 
 // SetDesired sets the desired flag of the intent at namespace/key and keeps everything else as
 // stored, with UpdateIntent (so a concurrent change of another field is not lost). A missing intent
-// is wire.ErrNotFound; an intent that already has the flag is not written again.
+// is wire.ErrNotFound; an intent that already has the flag is not written again (whoever wrote it,
+// however its JSON is spelled, with its lease if it has one) and its entry is returned as stored.
 func (c *Coordinator) SetDesired(ctx context.Context, namespace, key string, desired bool) (wire.Entry, error) {
 	return c.UpdateIntent(ctx, namespace, key, func(cur *MediaIntent) (*MediaIntent, error) {
 		if cur == nil {
 			return nil, wire.Errorf(wire.CodeNotFound, "no intent at %s:%s", namespace, key)
+		}
+		if cur.Desired == desired {
+			// Rewriting it would change nothing SetDesired is asked for, yet take the entry's
+			// owner, drop its lease and wake every watcher.
+			return nil, nil
 		}
 		cur.Desired = desired
 		return cur, nil
