@@ -223,7 +223,7 @@ func (v *FleetView) Worker(principal, workerID string) (Worker, bool) {
 
 // Alive reports whether the worker workerID of principal is live: its entry exists, so it has
 // heartbeated within three of its intervals (whatever its status; a draining worker is alive). That
-// holds while the view follows the fleet (Err is nil); otherwise it is the view's last word.
+// holds while the view follows the fleet (Following); otherwise it is the view's last word.
 func (v *FleetView) Alive(principal, workerID string) bool {
 	_, ok := v.Worker(principal, workerID)
 	return ok
@@ -257,6 +257,12 @@ func (v *FleetView) Holder(lease string) (Worker, bool) {
 // since then is still listed (Alive, Holder) until the view follows again and Err returns nil. Use
 // Fleet, which pages, while Err is not nil.
 func (v *FleetView) Err() error { return v.cache.Err() }
+
+// Following reports whether the view follows the fleet now. It is false from the moment its watch
+// ends until a new snapshot is in: while stated is down or unreachable, say, which Err does not
+// report (the view retries; nothing refused it). Meanwhile Alive, Holder and Workers are the view's
+// last word: a worker that stopped since is still listed.
+func (v *FleetView) Following() bool { return v.cache.Following() }
 
 // Changes returns a channel that receives a token after the view changed (a worker appeared,
 // changed or left, or a resync replaced the view). Notifications coalesce: one token may stand for

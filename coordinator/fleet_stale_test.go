@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -57,4 +58,37 @@ func TestFleetViewSaysWhenItCannotFollow(t *testing.T) {
 	heartbeat(t, aliceNC, "alice", wire.Heartbeat{WorkerID: "w3", Service: "transcoder-a", IntervalMs: 300,
 		Status: wire.StatusStopping, Leases: []string{}}) // its entry now expires within a second
 	awaitView(t, v, "w3 expiring after the view follows again", func() bool { return !v.Alive("alice", "w3") && v.Err() == nil })
+	if !v.Following() {
+		t.Fatal("the view follows again but Following says it does not")
+	}
+}
+
+// While stated is down (NATS up), the view cannot follow, though nothing refused it (Err stays nil):
+// Following says so, so that a caller does not take its last contents for the fleet's.
+func TestFleetViewSaysWhenStatedIsGone(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	c := newCoordinator(t, env, "coordinator")
+	heartbeat(t, env.Connect(t, "alice"), "alice", wire.Heartbeat{WorkerID: "w1", Service: "transcoder-a", IntervalMs: 60000,
+		Status: wire.StatusReady, Leases: []string{}})
+	v, err := c.WatchFleet(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	awaitView(t, v, "w1", func() bool { return v.Alive("alice", "w1") })
+	if !v.Following() {
+		t.Fatal("Following is false for a view that follows")
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := env.Server.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(testTimeout)
+	for v.Following() { // the SHUTDOWN close ends the watch; no event tells a failed re-watch: poll, bounded
+		if time.Now().After(deadline) {
+			t.Fatal("the view still says it follows with stated stopped")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

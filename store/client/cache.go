@@ -137,6 +137,7 @@ type Cache struct {
 	rev     uint64
 	epoch   string        // the store's epoch (from info) when the installed snapshot was taken
 	stalled error         // non-nil while the cache cannot watch again for a reason retrying may not cure
+	lapsed  bool          // the cache's watch was dropped and no snapshot replaced it yet (see Following)
 	changed chan struct{} // closed and replaced whenever rev or epoch changes
 
 	resyncs atomic.Uint64
@@ -356,6 +357,21 @@ func (k *Cache) Err() error {
 	return k.stalled
 }
 
+// Following reports whether the cache follows the store now: its watch is live, and its entries are
+// the store's as of Revision. It is false from the moment the cache drops its watch (a gap, a close, a
+// reconnect, an error: any resync, transient or not, which Err does not report) until the next
+// snapshot is installed, and once the cache is Done; meanwhile the entries are its last word.
+func (k *Cache) Following() bool {
+	select {
+	case <-k.done:
+		return false
+	default:
+	}
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return !k.lapsed
+}
+
 // Done is closed once the cache follows nothing more: after Close, or when its NATS connection was
 // closed. Its entries stay readable.
 func (k *Cache) Done() <-chan struct{} { return k.done }
@@ -569,6 +585,14 @@ func (k *Cache) resync(reason string) error {
 		k.log.Info("state cache resyncing", "reason", reason)
 	}
 	k.dropIncarnation()
+	k.mu.Lock()
+	k.lapsed = true
+	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		k.lapsed = !k.installed || k.ctx.Err() != nil || k.c.nc.IsClosed()
+		k.mu.Unlock()
+	}()
 	backoff := k.backoff0
 	existsRetried := false
 	for {
