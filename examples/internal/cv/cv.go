@@ -35,6 +35,10 @@ type Config struct {
 	// EventEvery is how often a simulated detection is emitted while subscribed. Default 1 s.
 	EventEvery time.Duration
 	Logger     *slog.Logger
+	// Capabilities configures the worker's capabilities tracker (how often it fetches unasked, when a
+	// silent media server's snapshot goes stale); zero fields take the tracker's defaults, and its
+	// Logger defaults to Logger.
+	Capabilities capabilities.TrackerOptions
 	// Events, when set, is called for each step worth narrating and for each emitted detection.
 	Events func(kind, intent, detail string)
 }
@@ -109,7 +113,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	c := &Worker{cfg: cfg, ns: "service/" + cfg.Service, w: w, cmds: cmds, active: map[string]*job{},
-		tracker: capabilities.NewTracker(cfg.Conn, capabilities.TrackerOptions{Logger: cfg.Logger})}
+		tracker: capabilities.NewTracker(cfg.Conn, cfg.trackerOptions())}
 	changed, _ := c.tracker.Subscribe()
 	c.ctrl, err = reconciler.New(w.Client(), c, reconciler.Options{Namespace: c.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
 		Triggers: []<-chan struct{}{changed}, ResyncEvery: 2 * time.Second, Logger: cfg.Logger})
@@ -204,6 +208,13 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		var cancel context.CancelFunc
 		ctx, cancel = j.lease.Context(ctx)
 		defer cancel()
+	}
+	if j != nil && j.subscriptionID != "" && c.tracker.Stale() {
+		// The media server does not answer: what it has is unknown, not gone. Silent for a while and
+		// back with the same session, it still has the subscription; forgotten now (an unsubscribe
+		// that reaches nobody), it would be made a second time and the first left on the media
+		// server for good. The job keeps it; the next snapshot decides.
+		return reconciler.Result{}, nil
 	}
 	if j != nil && j.subscriptionID != "" && (!ready || j.sessionID != src.SessionID || j.model != model) {
 		// The subscription is over (the variant is not READY: its publisher went away, and the media
@@ -312,4 +323,13 @@ func (c *Worker) emit(ctx context.Context, lost <-chan struct{}, key, source, mo
 // undoFailed logs a media command answered after it was given up on whose result could not be undone.
 func (c *Worker) undoFailed(err error) {
 	c.cfg.Logger.Warn("a late answer could not be undone", "err", err)
+}
+
+// trackerOptions are the options of the worker's capabilities tracker.
+func (cfg Config) trackerOptions() capabilities.TrackerOptions {
+	o := cfg.Capabilities
+	if o.Logger == nil {
+		o.Logger = cfg.Logger
+	}
+	return o
 }

@@ -4,14 +4,20 @@ package simtest
 
 import (
 	"context"
+	"errors"
+	"net"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/keeppeek/coordination/capabilities/sim"
 	"github.com/keeppeek/coordination/coordinator"
 	"github.com/keeppeek/coordination/internal/testenv"
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/policy"
+	"github.com/keeppeek/coordination/store/wire"
 )
 
 // Env is a running state service and simulator.
@@ -78,4 +84,78 @@ func WaitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Gate is the media server's network: cut, its connection drops and no reconnect gets through until
+// it is opened again. The media server keeps its state meanwhile (same sessions, publications and
+// subscriptions): a media server that goes silent and comes back.
+type Gate struct {
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
+}
+
+// Dial is the media server connection's dialer (nats.SetCustomDialer).
+func (g *Gate) Dial(network, address string) (net.Conn, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cut {
+		return nil, errors.New("gate: cut")
+	}
+	c, err := net.Dial(network, address)
+	if err == nil {
+		g.conns = append(g.conns, c)
+	}
+	return c, err
+}
+
+// SetCut cuts the network (closing its connections) or opens it again.
+func (g *Gate) SetCut(cut bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cut = cut
+	if cut {
+		for _, c := range g.conns {
+			_ = c.Close()
+		}
+		g.conns = nil
+	}
+}
+
+// ReplaceSim stops the environment's simulator and starts a new one (new sessions, generations
+// after the old one's) as the principal "media"; with g, its connection goes through g.
+func ReplaceSim(t *testing.T, e *Env, sources []sim.SourceConfig, g *Gate) *sim.Sim {
+	t.Helper()
+	after := e.Sim.Generation()
+	e.Sim.Stop()
+	opts := []nats.Option{nats.CustomInboxPrefix(wire.InboxPrefix("media")), nats.Name("media"),
+		nats.MaxReconnects(-1), nats.ReconnectWait(20 * time.Millisecond)}
+	if g != nil {
+		opts = append(opts, nats.SetCustomDialer(g))
+	}
+	nc, err := nats.Connect(e.URL, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	s := sim.New(nc, sim.Options{Sources: sources, ReadyDelay: 50 * time.Millisecond, After: after})
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	e.Sim = s
+	return s
+}
+
+// CountCommands counts the commands cmd of principal the simulator received.
+func CountCommands(s *sim.Sim, principal, cmd string) int {
+	n := 0
+	for _, c := range s.Commands() {
+		if c.Principal == principal && string(c.Command) == cmd {
+			n++
+		}
+	}
+	return n
 }

@@ -42,6 +42,10 @@ type Config struct {
 	// HeartbeatInterval of the worker. Default 1 s.
 	HeartbeatInterval time.Duration
 	Logger            *slog.Logger
+	// Capabilities configures the worker's capabilities tracker (how often it fetches unasked, when a
+	// silent media server's snapshot goes stale); zero fields take the tracker's defaults, and its
+	// Logger defaults to Logger.
+	Capabilities capabilities.TrackerOptions
 	// Events, when set, is called for each step worth narrating (the demo prints them), from one
 	// goroutine at a time.
 	Events func(Event)
@@ -120,7 +124,7 @@ func New(cfg Config) (*Transcoder, error) {
 		return nil, err
 	}
 	t := &Transcoder{cfg: cfg, ns: "service/" + cfg.Service, w: w, cmds: cmds,
-		tracker:    capabilities.NewTracker(cfg.Conn, capabilities.TrackerOptions{Logger: cfg.Logger}),
+		tracker:    capabilities.NewTracker(cfg.Conn, cfg.trackerOptions()),
 		leaseFired: make(chan struct{}, 1), held: map[string]*binding{}, lastStatus: map[string]statusMemo{}}
 	capsChanged, _ := t.tracker.Subscribe()
 	t.ctrl, err = reconciler.New(w.Client(), t, reconciler.Options{Namespace: t.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
@@ -515,4 +519,13 @@ func (t *Transcoder) stopBinding(ctx context.Context, key string, b *binding, wh
 // undoFailed logs a media command answered after it was given up on whose result could not be undone.
 func (t *Transcoder) undoFailed(err error) {
 	t.cfg.Logger.Warn("a late answer could not be undone", "err", err)
+}
+
+// trackerOptions are the options of the worker's capabilities tracker.
+func (cfg Config) trackerOptions() capabilities.TrackerOptions {
+	o := cfg.Capabilities
+	if o.Logger == nil {
+		o.Logger = cfg.Logger
+	}
+	return o
 }

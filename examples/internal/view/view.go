@@ -29,6 +29,10 @@ type Config struct {
 	Principal string // the user; its namespace is user/<Principal>
 	WorkerID  string
 	Logger    *slog.Logger
+	// Capabilities configures the worker's capabilities tracker (how often it fetches unasked, when a
+	// silent media server's snapshot goes stale); zero fields take the tracker's defaults, and its
+	// Logger defaults to Logger.
+	Capabilities capabilities.TrackerOptions
 	// Events, when set, is called for each step worth narrating, from one goroutine at a time.
 	Events func(kind, intent, detail string)
 }
@@ -76,7 +80,7 @@ func New(cfg Config) (*Viewer, error) {
 		return nil, err
 	}
 	v := &Viewer{cfg: cfg, ns: "user/" + cfg.Principal, w: w, cmds: cmds, subs: map[string]subscription{}, lastStatus: map[string]string{},
-		tracker: capabilities.NewTracker(cfg.Conn, capabilities.TrackerOptions{Logger: cfg.Logger})}
+		tracker: capabilities.NewTracker(cfg.Conn, cfg.trackerOptions())}
 	changed, _ := v.tracker.Subscribe()
 	v.ctrl, err = reconciler.New(w.Client(), v, reconciler.Options{Namespace: v.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
 		Triggers: []<-chan struct{}{changed}, Logger: cfg.Logger})
@@ -192,8 +196,20 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	}
 	online := srcOK && src.Online
 	live := online && ok && vok && variant.State == capabilities.StateReady
+	if subscribed && v.tracker.Stale() {
+		// The media server does not answer: what it has is unknown, not gone. Silent for a while and
+		// back with the same session, it still has the subscription; forgotten now (an unsubscribe
+		// that reaches nobody), it would be made a second time and the first left on the media server
+		// for good. Keep it, and say that it is unconfirmed; the next snapshot decides.
+		status.State, status.SubscriptionID, status.VariantID = reconciler.StatePending, cur.id, cur.variantID
+		status.Message = "the media server does not answer; keeping subscription " + cur.id
+		return reconciler.Result{}, v.status(ctx, req.Key, status)
+	}
 	if subscribed && cur.sessionID == src.SessionID && live {
-		return reconciler.Result{}, nil
+		// Said again in case a stale snapshot made the status pending meanwhile (a rewrite that says
+		// the same is skipped).
+		status.State, status.SubscriptionID, status.VariantID = reconciler.StateActive, cur.id, cur.variantID
+		return reconciler.Result{}, v.status(ctx, req.Key, status)
 	}
 	if subscribed {
 		// The source went offline or has a new session, or the variant went away or back to PENDING
@@ -265,4 +281,13 @@ func (v *Viewer) status(ctx context.Context, intentKey string, st reconciler.Obs
 // undoFailed logs a media command answered after it was given up on whose result could not be undone.
 func (v *Viewer) undoFailed(err error) {
 	v.cfg.Logger.Warn("a late answer could not be undone", "err", err)
+}
+
+// trackerOptions are the options of the worker's capabilities tracker.
+func (cfg Config) trackerOptions() capabilities.TrackerOptions {
+	o := cfg.Capabilities
+	if o.Logger == nil {
+		o.Logger = cfg.Logger
+	}
+	return o
 }

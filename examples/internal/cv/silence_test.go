@@ -1,0 +1,63 @@
+package cv_test
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/keeppeek/coordination/capabilities"
+	"github.com/keeppeek/coordination/capabilities/sim"
+	"github.com/keeppeek/coordination/examples/internal/cv"
+	"github.com/keeppeek/coordination/examples/internal/simtest"
+)
+
+// A media server that goes silent and comes back with the same sessions still has the worker's
+// subscription: the job keeps it (a stale snapshot says nothing of it) instead of forgetting it and
+// subscribing a second time, which would leave the first one on the media server for good.
+// Restarted (new sessions), it has ended the subscription: the job subscribes again, once.
+func TestCVKeepsItsSubscriptionAcrossASilentMediaServer(t *testing.T) {
+	e := simtest.Start(t, sim.Sources(src), "transcoder-a", "cv")
+	g := &simtest.Gate{}
+	s := simtest.ReplaceSim(t, e, sim.Sources(src), g)
+	pub, err := capabilities.NewCommands(e.Connect(t, "transcoder-a"), "transcoder-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{Env: e, pub: pub}
+	f.publish(t)
+	opts := capabilities.TrackerOptions{ResyncInterval: 100 * time.Millisecond, FetchTimeout: 200 * time.Millisecond}
+	w, err := cv.New(cv.Config{Conn: f.Connect(t, "cv"), Principal: "cv", WorkerID: "cv-1", LeaseTTL: 3 * time.Second,
+		EventEvery: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), Capabilities: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.Run(t, w.Run)
+	f.modelIntent(t, "person-detector")
+	waitFor(t, 10*time.Second, "cv subscribed", func() bool { return len(cvSubs(s)) == 1 })
+	first := cvSubs(s)[0].ID
+
+	// A tracker of the test's, with the worker's options, tells when the silence reads as stale.
+	probe := capabilities.NewTracker(f.Connect(t, "coordinator"), opts)
+	if err := probe.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Stop()
+	g.SetCut(true)
+	waitFor(t, 10*time.Second, "the silence read as stale", probe.Stale)
+	g.SetCut(false)
+	waitFor(t, 10*time.Second, "current again", func() bool { return !probe.Stale() })
+	waitFor(t, 10*time.Second, "the worker's subscribes answered", func() bool { return s.Pending() == 0 })
+	if subs := cvSubs(s); len(subs) != 1 || subs[0].ID != first {
+		t.Errorf("cv subscriptions after the silence: %+v, want only %s", subs, first)
+	}
+	if n := simtest.CountCommands(s, "cv", "subscribe"); n > 2 {
+		t.Errorf("%d subscribes for one silence", n)
+	}
+
+	s = simtest.ReplaceSim(t, e, sim.Sources(src), nil)
+	f.publish(t)
+	waitFor(t, 10*time.Second, "cv subscribed on the new session", func() bool { return len(cvSubs(s)) == 1 })
+	if n := simtest.CountCommands(s, "cv", "subscribe"); n != 1 {
+		t.Errorf("%d subscribes after the restart, want 1", n)
+	}
+}

@@ -1,0 +1,84 @@
+package view_test
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/keeppeek/coordination/capabilities"
+	"github.com/keeppeek/coordination/capabilities/sim"
+	"github.com/keeppeek/coordination/examples/internal/simtest"
+	"github.com/keeppeek/coordination/examples/internal/view"
+	"github.com/keeppeek/coordination/reconciler"
+)
+
+// A media server that goes silent and comes back with the same sessions still has the viewer's
+// subscription: the viewer keeps it (a stale snapshot says nothing of it) instead of forgetting it
+// and subscribing a second time, which would leave the first one on the media server for good.
+// Restarted (new sessions), it has ended the subscription: the viewer subscribes again, once.
+func TestViewerKeepsItsSubscriptionAcrossASilentMediaServer(t *testing.T) {
+	e := simtest.Start(t, sim.Sources(src), "transcoder-a", user)
+	g := &simtest.Gate{}
+	s := simtest.ReplaceSim(t, e, sim.Sources(src), g)
+	f := &fixture{Env: e}
+	pub, err := capabilities.NewCommands(e.Connect(t, "transcoder-a"), "transcoder-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(s *sim.Sim) {
+		sess, _, _ := s.SessionID(src)
+		if _, err := pub.StartPublication(t.Context(), capabilities.StartPublicationRequest{SessionID: sess, StreamID: "video",
+			VariantID: variant, OutputProfile: variant, RecordingMode: "disabled"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(s)
+	v, err := view.New(view.Config{Conn: e.Connect(t, user), Principal: user, WorkerID: "viewer-1", Logger: slog.New(slog.DiscardHandler),
+		Capabilities: capabilities.TrackerOptions{ResyncInterval: 100 * time.Millisecond, FetchTimeout: 200 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.Run(t, v.Run)
+	key, err := v.Want(t.Context(), src, "video", variant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.WaitFor(t, 10*time.Second, "subscribed", func() bool { return f.status(t, key).State == reconciler.StateActive })
+	first, _ := v.Subscription(key)
+
+	g.SetCut(true)
+	simtest.WaitFor(t, 10*time.Second, "the silence noticed", func() bool {
+		st := f.status(t, key)
+		_, held := v.Subscription(key)
+		return st.State != reconciler.StateActive || !held
+	})
+	g.SetCut(false)
+	simtest.WaitFor(t, 10*time.Second, "active again", func() bool {
+		id, ok := v.Subscription(key)
+		return ok && f.status(t, key).State == reconciler.StateActive && f.status(t, key).SubscriptionID == id
+	})
+	if id, _ := v.Subscription(key); id != first {
+		t.Errorf("subscription %s replaced by %s although the media server kept it", first, id)
+	}
+	if subs := f.viewerSubs(); len(subs) != 1 {
+		t.Errorf("viewer subscriptions on the media server after the silence: %+v", subs)
+	}
+	if n := simtest.CountCommands(s, user, "subscribe"); n > 2 {
+		t.Errorf("%d subscribes for one silence", n)
+	}
+
+	// A restart: new sessions, the old subscription gone with the old media server.
+	s = simtest.ReplaceSim(t, e, sim.Sources(src), nil)
+	publish(s)
+	simtest.WaitFor(t, 10*time.Second, "subscribed on the new session", func() bool {
+		subs := f.viewerSubs()
+		st := f.status(t, key)
+		return len(subs) == 1 && st.State == reconciler.StateActive && st.SubscriptionID == subs[0].ID
+	})
+	if n := simtest.CountCommands(s, user, "subscribe"); n != 1 {
+		t.Errorf("%d subscribes after the restart, want 1", n)
+	}
+	if subs := f.viewerSubs(); len(subs) != 1 {
+		t.Errorf("viewer subscriptions after the restart: %+v", subs)
+	}
+}
