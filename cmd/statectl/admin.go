@@ -105,6 +105,8 @@ func (a *app) cmdBackup(ctx context.Context, cmd *command, args []string) error 
 			fmt.Fprintf(a.stderr, "statectl: backup: closing backup %s on the server: %v\n", open.BackupID, cerr)
 		}
 	}()
+	a.setLeftBehind(fmt.Sprintf("a temporary file .%s.tmp-* may be left beside %s, and the server discards backup %s only after its idle timeout",
+		filepath.Base(file), file, open.BackupID))
 	if err := a.download(ctx, cn, open, file); err != nil {
 		return err
 	}

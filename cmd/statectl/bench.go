@@ -39,6 +39,9 @@ func (a *app) cmdBench(ctx context.Context, cmd *command, args []string) error {
 		return usageErrorf("%v", err)
 	}
 	cfg.Logf = func(format string, args ...any) { fmt.Fprintf(a.stderr, "statectl bench: "+format+"\n", args...) }
+	if !cfg.Keep {
+		a.setLeftBehind(fmt.Sprintf("the bench's keys in %s (under cas/, writers/, fanout/ and rss/) may be left behind; the next statectl bench on %s removes them", cfg.Namespace, cfg.Namespace))
+	}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
 		return err

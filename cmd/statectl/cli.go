@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -46,6 +47,13 @@ type globals struct {
 	json     bool
 	// timeoutSet is true when --timeout was given on the command line (watch then stops after it).
 	timeoutSet bool
+	// envUser is the user the environment names (STATECTL_USER, or the default), the one
+	// STATECTL_PASSWORD belongs to; passwordSet is true when --password was given on the command line.
+	envUser     string
+	passwordSet bool
+	// envPasswordDropped is true when STATECTL_PASSWORD was not sent because --user named another
+	// principal (a connection error then says so).
+	envPasswordDropped bool
 }
 
 // register adds the global flags to fs with the current values as defaults, so a FlagSet parsed
@@ -68,6 +76,7 @@ func (g *globals) fromEnv(getenv func(string) string) error {
 	if v := getenv("STATECTL_USER"); v != "" {
 		g.user = v
 	}
+	g.envUser = g.user
 	g.password = getenv("STATECTL_PASSWORD")
 	if v := getenv("STATECTL_PREFIX"); v != "" {
 		g.prefix = v
@@ -89,7 +98,25 @@ func (g *globals) fromEnv(getenv func(string) string) error {
 	return nil
 }
 
+// seen records which globals a parsed FlagSet was given on the command line.
+func (g *globals) seen(fs *flag.FlagSet) {
+	fs.Visit(func(f *flag.Flag) {
+		g.timeoutSet = g.timeoutSet || f.Name == "timeout"
+		g.passwordSet = g.passwordSet || f.Name == "password"
+	})
+}
+
+// resolveCredentials keeps STATECTL_PASSWORD only for the user it belongs to: a --user on the
+// command line that names another principal does not get that principal's secret (give --password
+// for it), as etcdctl and the nats CLI never pair one user's password with another user.
+func (g *globals) resolveCredentials() {
+	if !g.passwordSet && g.user != g.envUser && g.password != "" {
+		g.password, g.envPasswordDropped = "", true
+	}
+}
+
 func (g *globals) validate() error {
+	g.resolveCredentials()
 	switch {
 	case g.natsURL == "":
 		return usageErrorf("--nats-url is empty")
@@ -112,6 +139,24 @@ type app struct {
 	stdin          io.Reader
 	stdout         io.Writer
 	stderr         io.Writer
+
+	// left says what the command leaves behind if a second interrupt abandons it (see
+	// runInterruptible); "" for nothing worth saying.
+	leftMu sync.Mutex
+	left   string
+}
+
+// setLeftBehind records what an abandoned command would leave behind.
+func (a *app) setLeftBehind(s string) {
+	a.leftMu.Lock()
+	defer a.leftMu.Unlock()
+	a.left = s
+}
+
+func (a *app) leftBehind() string {
+	a.leftMu.Lock()
+	defer a.leftMu.Unlock()
+	return a.left
 }
 
 // command is a subcommand: run parses its own flags (after the globals) and arguments.
@@ -162,7 +207,7 @@ func (a *app) main(ctx context.Context, args []string) error {
 		}
 		return usageErrorf("%v", err)
 	}
-	fs.Visit(func(f *flag.Flag) { a.g.timeoutSet = a.g.timeoutSet || f.Name == "timeout" })
+	a.g.seen(fs)
 	if fs.NArg() == 0 {
 		fmt.Fprint(a.stderr, usageMain)
 		return &cliError{code: exitUsage, label: "USAGE", err: errors.New("name a command")}
@@ -230,7 +275,7 @@ func (a *app) parse(cmd *command, fs *flag.FlagSet, args []string, minArgs, maxA
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
-	fs.Visit(func(f *flag.Flag) { a.g.timeoutSet = a.g.timeoutSet || f.Name == "timeout" })
+	a.g.seen(fs)
 	if err := a.g.validate(); err != nil {
 		return nil, err
 	}
@@ -315,11 +360,14 @@ func (a *app) connect() (*conn, error) {
 			}
 		}),
 	}
-	if a.g.password != "" {
-		opts = append(opts, nats.UserInfo(a.g.user, a.g.password))
-	}
+	// The user goes with or without a password: a server without authorization ignores it, and one
+	// with a password-less user needs it.
+	opts = append(opts, nats.UserInfo(a.g.user, a.g.password))
 	nc, err := client.Connect(a.g.natsURL, a.g.user, opts...)
 	if err != nil {
+		if a.g.envPasswordDropped {
+			err = fmt.Errorf("%w (STATECTL_PASSWORD was not sent: it belongs to %s, the environment's user; give --password for %s)", err, a.g.envUser, a.g.user)
+		}
 		return nil, &cliError{code: exitConnection, label: "CONNECTION", err: err}
 	}
 	c, err := client.New(nc, a.g.user, client.WithPrefix(a.g.prefix), client.WithRequestTimeout(timeout))

@@ -20,7 +20,9 @@ Commands:
 Global flags, before or after the command; each also from the environment:
   --nats-url URL   NATS server ($STATECTL_NATS_URL; default nats://127.0.0.1:4222)
   --user ID        the principal to act as ($STATECTL_USER; default dev)
-  --password PW    its password ($STATECTL_PASSWORD; none for the dev principal; prefer the variable)
+  --password PW    its password ($STATECTL_PASSWORD; none for the dev principal; prefer the variable,
+                   which is sent only for the user of $STATECTL_USER, or dev: a --user naming another
+                   principal needs its own --password)
   --prefix P       subject prefix ($STATECTL_PREFIX; default kp)
   --timeout D      how long a request may take ($STATECTL_TIMEOUT; default 5s)
   --json           print the wire JSON instead of tables ($STATECTL_JSON=true)

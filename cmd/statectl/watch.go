@@ -51,6 +51,7 @@ func (a *app) cmdWatch(ctx context.Context, cmd *command, args []string) error {
 	}
 	defer cn.close()
 	w.cn, w.c = cn, cn.c
+	a.setLeftBehind("the watch stays registered on the server until it closes it for want of acks (ACK_TIMEOUT)")
 	if err := w.run(wctx); err != nil {
 		return err
 	}

@@ -298,6 +298,16 @@ func (s *Stated) signal(sig syscall.Signal) {
 // Reload sends SIGHUP.
 func (s *Stated) Reload() { s.signal(syscall.SIGHUP) }
 
+// Pause stops stated without ending it (SIGSTOP), as a machine that hangs: it answers nothing until
+// Resume, which the test's cleanup also does.
+func (s *Stated) Pause() {
+	s.t.Cleanup(s.Resume)
+	s.signal(syscall.SIGSTOP)
+}
+
+// Resume lets a paused stated run again (SIGCONT).
+func (s *Stated) Resume() { s.signal(syscall.SIGCONT) }
+
 // Term sends SIGTERM and waits for the exit; it returns the exit code.
 func (s *Stated) Term() int {
 	s.t.Helper()
