@@ -152,6 +152,9 @@ func (s stopper) Stop() {
 	s.c.wg.Wait()
 }
 
+// endRetry is how long a job whose unsubscribe reached nobody waits before it is sent again.
+const endRetry = time.Second
+
 // end lets a job go: its detections stop, its subscription ends, its lease is released. None of it is
 // abandoned when ctx ends (a stop that comes while an intent is let go): the job is no longer in
 // c.active, so nothing else would finish it. Each request is bounded by its client's timeout instead.
@@ -185,6 +188,21 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	j := c.active[req.Key]
 	c.mu.Unlock()
 	if j != nil && (!ok || err != nil || !in.Desired || model == "" || !j.lease.Held()) {
+		j.stop()
+		if j.subscriptionID != "" {
+			uerr := c.cmds.Unsubscribe(context.WithoutCancel(ctx), j.subscriptionID)
+			if uerr != nil && !errors.Is(uerr, capabilities.ErrSubscriptionNotFound) {
+				// The unsubscribe reached nobody (a silent media server): back with the same session,
+				// it would still have the subscription, and forgotten now it would stay there for
+				// good. The job keeps it (and its lease, which says it is still ours) and ends it
+				// again until the media server answers.
+				c.cfg.Logger.Warn("unsubscribe", "intent", req.Key, "err", uerr)
+				c.cfg.Events("cv unsubscribe unanswered", req.Key, j.subscriptionID)
+				j.model = "" // its detections are stopped: desired again, it is subscribed afresh
+				return reconciler.Result{RequeueAfter: endRetry}, nil
+			}
+			j.subscriptionID = ""
+		}
 		c.mu.Lock()
 		delete(c.active, req.Key)
 		c.mu.Unlock()

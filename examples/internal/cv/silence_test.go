@@ -11,11 +11,8 @@ import (
 	"github.com/keeppeek/coordination/examples/internal/simtest"
 )
 
-// A media server that goes silent and comes back with the same sessions still has the worker's
-// subscription: the job keeps it (a stale snapshot says nothing of it) instead of forgetting it and
-// subscribing a second time, which would leave the first one on the media server for good.
-// Restarted (new sessions), it has ended the subscription: the job subscribes again, once.
-func TestCVKeepsItsSubscriptionAcrossASilentMediaServer(t *testing.T) {
+// publishedBehindAGate publishes the variant on a simulator whose network g can cut.
+func publishedBehindAGate(t *testing.T) (*fixture, *simtest.Gate, *sim.Sim) {
 	e := simtest.Start(t, sim.Sources(src), "transcoder-a", "cv")
 	g := &simtest.Gate{}
 	s := simtest.ReplaceSim(t, e, sim.Sources(src), g)
@@ -25,9 +22,17 @@ func TestCVKeepsItsSubscriptionAcrossASilentMediaServer(t *testing.T) {
 	}
 	f := &fixture{Env: e, pub: pub}
 	f.publish(t)
-	opts := capabilities.TrackerOptions{ResyncInterval: 100 * time.Millisecond, FetchTimeout: 200 * time.Millisecond}
+	return f, g, s
+}
+
+// A media server that goes silent and comes back with the same sessions still has the worker's
+// subscription: the job keeps it (a stale snapshot says nothing of it) instead of forgetting it and
+// subscribing a second time, which would leave the first one on the media server for good.
+// Restarted (new sessions), it has ended the subscription: the job subscribes again, once.
+func TestCVKeepsItsSubscriptionAcrossASilentMediaServer(t *testing.T) {
+	f, g, s := publishedBehindAGate(t)
 	w, err := cv.New(cv.Config{Conn: f.Connect(t, "cv"), Principal: "cv", WorkerID: "cv-1", LeaseTTL: 3 * time.Second,
-		EventEvery: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), Capabilities: opts})
+		EventEvery: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), Capabilities: simtest.FastTracker})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,15 +42,8 @@ func TestCVKeepsItsSubscriptionAcrossASilentMediaServer(t *testing.T) {
 	first := cvSubs(s)[0].ID
 
 	// A tracker of the test's, with the worker's options, tells when the silence reads as stale.
-	probe := capabilities.NewTracker(f.Connect(t, "coordinator"), opts)
-	if err := probe.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Stop()
-	g.SetCut(true)
-	waitFor(t, 10*time.Second, "the silence read as stale", probe.Stale)
-	g.SetCut(false)
-	waitFor(t, 10*time.Second, "current again", func() bool { return !probe.Stale() })
+	speak := g.Silence(t, f.Env)
+	speak()
 	waitFor(t, 10*time.Second, "the worker's subscribes answered", func() bool { return s.Pending() == 0 })
 	if subs := cvSubs(s); len(subs) != 1 || subs[0].ID != first {
 		t.Errorf("cv subscriptions after the silence: %+v, want only %s", subs, first)
@@ -54,10 +52,41 @@ func TestCVKeepsItsSubscriptionAcrossASilentMediaServer(t *testing.T) {
 		t.Errorf("%d subscribes for one silence", n)
 	}
 
-	s = simtest.ReplaceSim(t, e, sim.Sources(src), nil)
+	s = simtest.ReplaceSim(t, f.Env, sim.Sources(src), nil)
 	f.publish(t)
 	waitFor(t, 10*time.Second, "cv subscribed on the new session", func() bool { return len(cvSubs(s)) == 1 })
 	if n := simtest.CountCommands(s, "cv", "subscribe"); n != 1 {
 		t.Errorf("%d subscribes after the restart, want 1", n)
 	}
+}
+
+// An intent withdrawn while the media server is silent: the unsubscribe reaches nobody, so the job
+// keeps its subscription and its lease, and ends it once the media server answers again with the
+// same session, which still has it; only then is the lease released.
+func TestCVWithdrawnIntentEndsTheSubscriptionOnceTheMediaServerAnswers(t *testing.T) {
+	f, g, s := publishedBehindAGate(t)
+	ev := &events{}
+	w, err := cv.New(cv.Config{Conn: f.Connect(t, "cv"), Principal: "cv", WorkerID: "cv-1", LeaseTTL: 3 * time.Second,
+		EventEvery: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), Capabilities: simtest.FastTracker,
+		Events: func(kind, _, detail string) { ev.add(kind, detail) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.Run(t, w.Run)
+	f.modelIntent(t, "person-detector")
+	waitFor(t, 10*time.Second, "cv subscribed", func() bool { return len(cvSubs(s)) == 1 })
+
+	speak := g.Silence(t, f.Env)
+	if _, err := f.Coord.SetDesired(t.Context(), cvNS, intent, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the withdrawal acted on", func() bool {
+		return ev.after("cv subscribed", "cv stopped") > 0 || ev.after("cv subscribed", "cv unsubscribe unanswered") > 0
+	})
+	if f.leaseGone(t, leaseKey) {
+		t.Error("lease released while the subscription is still on the media server")
+	}
+	speak()
+	waitFor(t, 10*time.Second, "the subscription ended once the media server answers", func() bool { return len(cvSubs(s)) == 0 })
+	waitFor(t, 10*time.Second, "lease released", func() bool { return f.leaseGone(t, leaseKey) })
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/keeppeek/coordination/capabilities"
 	"github.com/keeppeek/coordination/capabilities/sim"
 	"github.com/keeppeek/coordination/coordinator"
 	"github.com/keeppeek/coordination/internal/testenv"
@@ -158,4 +159,27 @@ func CountCommands(s *sim.Sim, principal, cmd string) int {
 		}
 	}
 	return n
+}
+
+// FastTracker are capabilities tracker options under which a media server's silence reads as stale
+// within a second: the workers under test take them, and Silence's tracker too.
+var FastTracker = capabilities.TrackerOptions{ResyncInterval: 100 * time.Millisecond, FetchTimeout: 200 * time.Millisecond}
+
+// Silence cuts g and returns once a tracker with FastTracker's options reads the media server's
+// snapshot as stale, as the workers' trackers then do. The speak it returns opens g and returns once
+// that tracker is current again.
+func (g *Gate) Silence(t *testing.T, e *Env) (speak func()) {
+	t.Helper()
+	probe := capabilities.NewTracker(e.Connect(t, "coordinator"), FastTracker)
+	if err := probe.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(probe.Stop)
+	g.SetCut(true)
+	WaitFor(t, 10*time.Second, "the silence read as stale", probe.Stale)
+	return func() {
+		t.Helper()
+		g.SetCut(false)
+		WaitFor(t, 10*time.Second, "the media server current again", func() bool { return !probe.Stale() })
+	}
 }

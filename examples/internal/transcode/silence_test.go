@@ -12,17 +12,14 @@ import (
 	"github.com/keeppeek/coordination/examples/internal/transcode"
 )
 
-// A media server that goes silent and comes back with the same sessions still has the transcoder's
-// publication: the transcoder keeps it (a stale snapshot says nothing of it), sends no second start,
-// and reports it active again. Restarted (new sessions), the media server has ended it: the
-// transcoder starts it again, once.
-func TestPublicationKeptAcrossASilentMediaServer(t *testing.T) {
+// publishingBehindAGate runs a transcoder whose tracker notices a silence fast, against a simulator
+// whose network g can cut, and puts a publish intent.
+func publishingBehindAGate(t *testing.T) (*fixture, *simtest.Gate, *sim.Sim) {
 	f := setup(t, sim.SourceConfig{SourceID: src})
 	g := &simtest.Gate{}
 	s := simtest.ReplaceSim(t, f.Env, []sim.SourceConfig{{SourceID: src}}, g)
-	opts := capabilities.TrackerOptions{ResyncInterval: 100 * time.Millisecond, FetchTimeout: 200 * time.Millisecond}
 	tr, err := transcode.New(transcode.Config{Conn: f.Connect(t, svc), Principal: svc, WorkerID: "tx-1", Service: svc,
-		LeaseTTL: 5 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), Capabilities: opts})
+		LeaseTTL: 5 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), Capabilities: simtest.FastTracker})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,6 +27,15 @@ func TestPublicationKeptAcrossASilentMediaServer(t *testing.T) {
 	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
 		t.Fatal(err)
 	}
+	return f, g, s
+}
+
+// A media server that goes silent and comes back with the same sessions still has the transcoder's
+// publication: the transcoder keeps it (a stale snapshot says nothing of it), sends no second start,
+// and reports it active again. Restarted (new sessions), the media server has ended it: the
+// transcoder starts it again, once.
+func TestPublicationKeptAcrossASilentMediaServer(t *testing.T) {
+	f, g, s := publishingBehindAGate(t)
 	waitFor(t, 10*time.Second, "publication READY", func() bool { _, ok := readyPublication(f); return ok })
 	first, _ := readyPublication(f)
 	active := func() bool {
@@ -38,15 +44,8 @@ func TestPublicationKeptAcrossASilentMediaServer(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "status active", active)
 
-	probe := capabilities.NewTracker(f.Connect(t, "coordinator"), opts) // tells when the silence reads as stale
-	if err := probe.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Stop()
-	g.SetCut(true)
-	waitFor(t, 10*time.Second, "the silence read as stale", probe.Stale)
-	g.SetCut(false)
-	waitFor(t, 10*time.Second, "current again", func() bool { return !probe.Stale() })
+	speak := g.Silence(t, f.Env)
+	speak()
 	waitFor(t, 10*time.Second, "status active again", active)
 	if pubs := s.Publications(); len(pubs) != 1 || pubs[0].ID != first.ID {
 		t.Fatalf("publications after the silence: %+v, want only %s", pubs, first.ID)
@@ -63,4 +62,33 @@ func TestPublicationKeptAcrossASilentMediaServer(t *testing.T) {
 	if _, err := f.Admin.Get(t.Context(), ns, "leases/front-door-video-browser-h264-720p"); err != nil {
 		t.Fatalf("the lease after the restart: %v", err)
 	}
+}
+
+// An intent withdrawn while the media server is silent: the stop_publication reaches nobody, so the
+// transcoder keeps the publication (its lease held, its status not "stopped") and stops it once the
+// media server answers again, with the same session that still has it; only then is the lease
+// released and the status stopped.
+func TestWithdrawnIntentStopsThePublicationOnceTheMediaServerAnswers(t *testing.T) {
+	f, g, s := publishingBehindAGate(t)
+	waitFor(t, 10*time.Second, "status active", func() bool { return strings.Contains(f.statusOf(t, key), `"state":"active"`) })
+
+	speak := g.Silence(t, f.Env)
+	if _, err := f.Coord.SetDesired(t.Context(), ns, key, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the withdrawal acted on", func() bool {
+		st := f.statusOf(t, key)
+		return strings.Contains(st, `"state":"stopped"`) || strings.Contains(st, "does not answer")
+	})
+	if st := f.statusOf(t, key); strings.Contains(st, `"state":"stopped"`) {
+		t.Errorf("status %s while the publication is still on the media server", st)
+	}
+	if f.leaseGone(t, "leases/front-door-video-browser-h264-720p") {
+		t.Error("lease released while the publication still holds the variant")
+	}
+	speak()
+	waitFor(t, 10*time.Second, "the publication stopped once the media server answers", func() bool { return len(s.Publications()) == 0 })
+	waitFor(t, 10*time.Second, "lease released and status stopped", func() bool {
+		return f.leaseGone(t, "leases/front-door-video-browser-h264-720p") && strings.Contains(f.statusOf(t, key), `"state":"stopped"`)
+	})
 }

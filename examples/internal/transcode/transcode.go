@@ -205,10 +205,19 @@ func (r releaser) Stop() {
 	r.t.mu.Unlock()
 	var wg sync.WaitGroup
 	for key, b := range held {
-		wg.Go(func() { r.t.stopBinding(context.Background(), key, b, "worker stopping") })
+		wg.Go(func() {
+			// The worker is going: a publication the media server does not hear the stop of is let go
+			// all the same (stopPublication logged it), its lease released.
+			_ = r.t.stopPublication(context.Background(), key, b)
+			r.t.letGo(context.Background(), key, b, "worker stopping")
+		})
 	}
 	wg.Wait()
 }
+
+// stopRetry is how long a withdrawn intent whose stop_publication reached nobody waits before the
+// stop is sent again.
+const stopRetry = time.Second
 
 // failedPause is how long a publication the media server reported FAILED waits before it is started again.
 const failedPause = 2 * time.Second
@@ -250,7 +259,19 @@ func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (rec
 		delete(t.held, req.Key)
 		t.mu.Unlock()
 		if b != nil {
-			t.stopBinding(ctx, req.Key, b, "intent no longer desired")
+			if err := t.stopBinding(ctx, req.Key, b, "intent no longer desired"); err != nil {
+				// The stop_publication reached nobody (a silent media server): the publication still
+				// holds the variant, on a session that may come back. Forgotten now, it would stay
+				// there for good: keep the binding (its lease held) and say so, and stop it again
+				// until the media server answers.
+				t.mu.Lock()
+				t.held[req.Key] = b
+				t.mu.Unlock()
+				t.writeStatus(ctx, b, req.Key, reconciler.ObservedStatus{SubjectKey: req.Key, State: reconciler.StatePending,
+					ObservedAtMs: time.Now().UnixMilli(), Holder: t.cfg.WorkerID, VariantID: b.variantID, PublicationID: b.publicationID,
+					Message: "stopping: the media server does not answer; publication " + b.publicationID + " kept until it does"})
+				return reconciler.Result{RequeueAfter: stopRetry}, nil
+			}
 		}
 		if !ok { // deleted: nothing more will be written for it
 			t.mu.Lock()
@@ -288,7 +309,13 @@ func (t *Transcoder) claim(ctx context.Context, key string, in reconciler.MediaI
 		t.mu.Lock()
 		delete(t.held, key)
 		t.mu.Unlock()
-		t.stopBinding(ctx, key, b, "lease lost or output changed")
+		if err := t.stopBinding(ctx, key, b, "lease lost or output changed"); err != nil {
+			// Not forgotten while the media server is silent: retried (with backoff) until it answers.
+			t.mu.Lock()
+			t.held[key] = b
+			t.mu.Unlock()
+			return nil, err
+		}
 	}
 	l, err := lease.Claim(ctx, t.w.Client(), lease.Options{Namespace: t.ns, Key: leaseKey, Holder: t.cfg.WorkerID,
 		TTL: t.cfg.LeaseTTL, Purpose: "publish " + key, Logger: t.cfg.Logger})
@@ -492,16 +519,38 @@ func (t *Transcoder) putStatus(ctx context.Context, b *binding, key string, st r
 // no longer in t.held, so nothing else would finish it; a stop_publication not sent would leave the
 // publication holding the variant, a status not written would say active, a lease not released would
 // keep the output from a standby for its TTL. Each request is bounded by its client's timeout instead.
-func (t *Transcoder) stopBinding(ctx context.Context, key string, b *binding, why string) {
+//
+// A stop_publication that gets no answer (a silent media server) is returned, and nothing else is
+// done: the publication may still hold the variant, so the lease stays held and no "stopped" is
+// written; the caller keeps the binding and stops it again later.
+func (t *Transcoder) stopBinding(ctx context.Context, key string, b *binding, why string) error {
 	ctx = context.WithoutCancel(ctx)
-	// Our own publication goes, by its id, whether or not the lease is still held: left running after
-	// a loss it would hold the variant against the new holder (a CONFLICT when it publishes as another
-	// principal); one the new holder already replaced is not found, which is fine.
-	if b.publicationID != "" {
-		if err := t.cmds.StopPublication(ctx, b.publicationID); err != nil && !errors.Is(err, capabilities.ErrPublicationNotFound) {
-			t.cfg.Logger.Warn("stop publication", "intent", key, "err", err)
-		}
+	if err := t.stopPublication(ctx, key, b); err != nil {
+		return err
 	}
+	t.letGo(ctx, key, b, why)
+	return nil
+}
+
+// stopPublication stops the binding's publication, if any. Our own publication goes, by its id,
+// whether or not the lease is still held: left running after a loss it would hold the variant
+// against the new holder (a CONFLICT when it publishes as another principal); one the new holder
+// already replaced is not found, which is fine.
+func (t *Transcoder) stopPublication(ctx context.Context, key string, b *binding) error {
+	if b.publicationID == "" {
+		return nil
+	}
+	if err := t.cmds.StopPublication(ctx, b.publicationID); err != nil && !errors.Is(err, capabilities.ErrPublicationNotFound) {
+		t.cfg.Logger.Warn("stop publication", "intent", key, "err", err)
+		return err
+	}
+	return nil
+}
+
+// letGo is the rest of stopBinding, once the publication is stopped: "stopped" over our last status,
+// the lease released.
+func (t *Transcoder) letGo(ctx context.Context, key string, b *binding, why string) {
+	ctx = context.WithoutCancel(ctx)
 	if b.lease.Held() { // the status is the lease holder's to write
 		t.putStatus(ctx, b, key, reconciler.ObservedStatus{SubjectKey: key, State: reconciler.StateStopped,
 			ObservedAtMs: time.Now().UnixMilli(), Message: why, Holder: t.cfg.WorkerID}, true)

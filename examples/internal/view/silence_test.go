@@ -2,6 +2,7 @@ package view_test
 
 import (
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/keeppeek/coordination/examples/internal/simtest"
 	"github.com/keeppeek/coordination/examples/internal/view"
 	"github.com/keeppeek/coordination/reconciler"
+	"github.com/keeppeek/coordination/store/wire"
 )
 
 // A media server that goes silent and comes back with the same sessions still has the viewer's
@@ -34,7 +36,7 @@ func TestViewerKeepsItsSubscriptionAcrossASilentMediaServer(t *testing.T) {
 	}
 	publish(s)
 	v, err := view.New(view.Config{Conn: e.Connect(t, user), Principal: user, WorkerID: "viewer-1", Logger: slog.New(slog.DiscardHandler),
-		Capabilities: capabilities.TrackerOptions{ResyncInterval: 100 * time.Millisecond, FetchTimeout: 200 * time.Millisecond}})
+		Capabilities: simtest.FastTracker})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,5 +82,53 @@ func TestViewerKeepsItsSubscriptionAcrossASilentMediaServer(t *testing.T) {
 	}
 	if subs := f.viewerSubs(); len(subs) != 1 {
 		t.Errorf("viewer subscriptions after the restart: %+v", subs)
+	}
+}
+
+// An intent deleted while the media server is silent: the unsubscribe reaches nobody, so the viewer
+// keeps the subscription (its status not "stopped") and ends it once the media server answers again
+// with the same session, which still has it.
+func TestDeletedIntentEndsTheSubscriptionOnceTheMediaServerAnswers(t *testing.T) {
+	e := simtest.Start(t, sim.Sources(src), "transcoder-a", user)
+	g := &simtest.Gate{}
+	s := simtest.ReplaceSim(t, e, sim.Sources(src), g)
+	f := &fixture{Env: e}
+	pub, err := capabilities.NewCommands(e.Connect(t, "transcoder-a"), "transcoder-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, _, _ := s.SessionID(src)
+	if _, err := pub.StartPublication(t.Context(), capabilities.StartPublicationRequest{SessionID: sess, StreamID: "video",
+		VariantID: variant, OutputProfile: variant, RecordingMode: "disabled"}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := view.New(view.Config{Conn: e.Connect(t, user), Principal: user, WorkerID: "viewer-1", Logger: slog.New(slog.DiscardHandler),
+		Capabilities: simtest.FastTracker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.Run(t, v.Run)
+	key, err := v.Want(t.Context(), src, "video", variant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.WaitFor(t, 10*time.Second, "subscribed", func() bool { return f.status(t, key).State == reconciler.StateActive })
+
+	speak := g.Silence(t, e)
+	if _, err := e.Admin.Delete(t.Context(), wire.DeleteRequest{Namespace: ns, Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	simtest.WaitFor(t, 10*time.Second, "the deletion acted on", func() bool {
+		st := f.status(t, key)
+		return st.State == reconciler.StateStopped || strings.Contains(st.Message, "ending subscription")
+	})
+	if st := f.status(t, key); st.State == reconciler.StateStopped {
+		t.Errorf("status %+v while the subscription is still on the media server", st)
+	}
+	speak()
+	simtest.WaitFor(t, 10*time.Second, "the subscription ended once the media server answers", func() bool { return len(f.viewerSubs()) == 0 })
+	simtest.WaitFor(t, 10*time.Second, "status stopped", func() bool { return f.status(t, key).State == reconciler.StateStopped })
+	if _, ok := v.Subscription(key); ok {
+		t.Error("the viewer still holds the ended subscription")
 	}
 }

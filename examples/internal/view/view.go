@@ -113,11 +113,20 @@ func (e ender) Stop() {
 	wg.Wait()
 }
 
+// endRetry is how long a withdrawn intent whose unsubscribe reached nobody waits before it is sent
+// again.
+const endRetry = time.Second
+
 // end unsubscribes and reports the intent's subscription stopped.
 func (v *Viewer) end(ctx context.Context, key string, s subscription, why string) {
 	if err := v.cmds.Unsubscribe(ctx, s.id); err != nil && !errors.Is(err, capabilities.ErrSubscriptionNotFound) {
 		v.cfg.Logger.Warn("unsubscribe", "intent", key, "err", err)
 	}
+	v.ended(ctx, key, s, why)
+}
+
+// ended reports the intent's subscription stopped, once it is unsubscribed.
+func (v *Viewer) ended(ctx context.Context, key string, s subscription, why string) {
 	v.cfg.Events("unsubscribed", key, s.id)
 	st := reconciler.ObservedStatus{SubjectKey: key, State: reconciler.StateStopped, ObservedAtMs: time.Now().UnixMilli(),
 		Message: why, VariantID: s.variantID}
@@ -170,10 +179,23 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	v.mu.Unlock()
 	if !ok || err != nil || !in.Desired || in.Role != reconciler.RoleSubscribe {
 		if subscribed {
+			if err := v.cmds.Unsubscribe(ctx, cur.id); err != nil && !errors.Is(err, capabilities.ErrSubscriptionNotFound) {
+				// The unsubscribe reached nobody (a silent media server): back with the same session,
+				// it would still have the subscription, and forgotten now it would stay there for
+				// good. Keep it, say so, and end it again until the media server answers.
+				v.cfg.Logger.Warn("unsubscribe", "intent", req.Key, "err", err)
+				status := reconciler.ObservedStatus{SubjectKey: req.Key, State: reconciler.StatePending, ObservedAtMs: time.Now().UnixMilli(),
+					SubscriptionID: cur.id, VariantID: cur.variantID,
+					Message: "the media server does not answer; ending subscription " + cur.id + " once it does"}
+				if err := v.status(ctx, req.Key, status); err != nil {
+					v.cfg.Logger.Warn("status not written", "intent", req.Key, "err", err)
+				}
+				return reconciler.Result{RequeueAfter: endRetry}, nil
+			}
 			v.mu.Lock()
 			delete(v.subs, req.Key)
 			v.mu.Unlock()
-			v.end(ctx, req.Key, cur, "intent no longer desired")
+			v.ended(ctx, req.Key, cur, "intent no longer desired")
 		} else if v.reported(req.Key) { // a pending status would say the viewer still waits
 			return reconciler.Result{}, v.status(ctx, req.Key, reconciler.ObservedStatus{SubjectKey: req.Key, State: reconciler.StateStopped,
 				ObservedAtMs: time.Now().UnixMilli(), Message: "intent no longer desired", VariantID: in.VariantID})
