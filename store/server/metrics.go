@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,8 @@ type Metrics struct {
 }
 
 // NewMetrics makes the metrics and registers them, with Go, process and build info collectors, on reg.
+// A Go, process or build info collector reg already holds is kept (prometheus.DefaultRegisterer comes
+// with the first two), so the server's metrics can join an embedding program's registry.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -63,9 +66,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"type"}),
 	}
 	reg.MustRegister(m.Requests, m.RequestSeconds, m.CommitSeconds, m.CommitBatch, m.CommitFailures,
-		m.WatchClosures, m.WatchSweeps, m.WatchesDropped, m.Heartbeats, m.BackendInfo,
-		collectors.NewBuildInfoCollector(), collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.WatchClosures, m.WatchSweeps, m.WatchesDropped, m.Heartbeats, m.BackendInfo)
+	for _, c := range []prometheus.Collector{collectors.NewBuildInfoCollector(), collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			if _, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); !ok {
+				panic(err)
+			}
+		}
+	}
 	return m
 }
 
