@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -208,22 +209,33 @@ func (w *Worker) poke() {
 	}
 }
 
-// Healthy reports nil while the worker runs, its connection is up and its last heartbeat went out
-// within two intervals.
+// Healthy reports nil while the worker runs, its connection is up, NATS has not refused its
+// heartbeats and its last heartbeat went out within two intervals. NATS refuses a publish outside the
+// connection's permissions (a Principal that is not the connection's user) after Publish has
+// returned nil, as the connection's last error: without that check a worker whose entry is never
+// written would report itself healthy.
 func (w *Worker) Healthy() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	subject := wire.HeartbeatSubject(w.opts.Prefix, w.opts.Principal, w.opts.WorkerID)
 	switch {
 	case !w.running:
 		return errors.New("not running")
 	case !w.opts.Conn.IsConnected():
 		return errors.New("not connected to NATS")
+	case heartbeatDenied(w.opts.Conn.LastError(), subject):
+		return fmt.Errorf("heartbeat refused by NATS: %w", w.opts.Conn.LastError())
 	case w.lastErr != nil:
 		return fmt.Errorf("heartbeat: %w", w.lastErr)
 	case time.Since(w.lastBeat) > 2*w.opts.HeartbeatInterval:
 		return fmt.Errorf("no heartbeat for %v", time.Since(w.lastBeat).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// heartbeatDenied reports whether err is NATS refusing a publish to subject.
+func heartbeatDenied(err error, subject string) bool {
+	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`)
 }
 
 // HealthHandler serves Healthy over HTTP: 200 "ok", or 503 with the reason.
