@@ -473,35 +473,16 @@ func (q *queues) close() {
 // counted), at once.
 func (s *Server) refuse(op wire.Op, req micro.Request, err error) {
 	start := time.Now()
-	if !s.replyAllowed(req.Subject(), "state.v1", req.Reply()) {
-		if m := s.opts.Metrics; m != nil {
-			m.observeRequest(string(op), ReplyRefused, time.Since(start))
-		}
+	if !s.admit(op, req, start) {
 		return
 	}
-	id := wire.RequestIDOf(req.Data())
-	if id < 0 || id > wire.MaxSafeInteger {
-		id = 0
-	}
-	res := wire.ErrorResult(id, err)
-	bp := encodeBuffers.Get().(*[]byte)
-	*bp = wire.AppendResult((*bp)[:0], &res)
-	_ = req.Respond(*bp)
-	putEncodeBuffer(bp)
-	if m := s.opts.Metrics; m != nil {
-		m.observeRequest(string(op), string(res.Error.Code), time.Since(start))
-	}
+	s.respond(op, req, start, wire.ErrorResult(wire.RequestIDOf(req.Data()), err), nil)
 }
 
 func (s *Server) serve(op wire.Op, req micro.Request) {
 	start := time.Now()
 	s.activity.Add(1)
-	if !s.replyAllowed(req.Subject(), "state.v1", req.Reply()) {
-		s.opts.Logger.Debug("request not served: its reply subject lies outside its principal's space",
-			"subject", req.Subject(), "reply", req.Reply())
-		if m := s.opts.Metrics; m != nil {
-			m.observeRequest(string(op), ReplyRefused, time.Since(start))
-		}
+	if !s.admit(op, req, start) {
 		return
 	}
 	s.inflight.RLock()
@@ -523,12 +504,32 @@ func (s *Server) serve(op wire.Op, req micro.Request) {
 		}
 		return
 	}
-	if id < 0 || id > wire.MaxSafeInteger {
+	res.RequestID = id
+	s.respond(op, req, start, res, after)
+}
+
+// admit reports whether req may be answered: its reply subject lies in its principal's space (see
+// replyAllowed). A request it refuses is counted as ReplyRefused and gets no reply.
+func (s *Server) admit(op wire.Op, req micro.Request, start time.Time) bool {
+	if s.replyAllowed(req.Subject(), "state.v1", req.Reply()) {
+		return true
+	}
+	s.opts.Logger.Debug("request not served: its reply subject lies outside its principal's space",
+		"subject", req.Subject(), "reply", req.Reply())
+	if m := s.opts.Metrics; m != nil {
+		m.observeRequest(string(op), ReplyRefused, time.Since(start))
+	}
+	return false
+}
+
+// respond sends res as req's reply, calls after (if set) with the outcome of the send, and counts the
+// request by its code.
+func (s *Server) respond(op wire.Op, req micro.Request, start time.Time, res wire.Result, after func(error)) {
+	if res.RequestID < 0 || res.RequestID > wire.MaxSafeInteger {
 		// Refused (INVALID_ARGUMENT) by the checks: an id outside the contract's integers cannot be
 		// echoed, so the reply carries 0, as the reply to a request that is not JSON does.
-		id = 0
+		res.RequestID = 0
 	}
-	res.RequestID = id
 	// Entries are encoded without re-validating their documents, into a reused buffer: Respond copies
 	// the reply into the connection's buffer.
 	bp := encodeBuffers.Get().(*[]byte)
