@@ -218,13 +218,14 @@ func (w *Worker) Healthy() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	subject := wire.HeartbeatSubject(w.opts.Prefix, w.opts.Principal, w.opts.WorkerID)
+	natsErr := w.opts.Conn.LastError()
 	switch {
 	case !w.running:
 		return errors.New("not running")
 	case !w.opts.Conn.IsConnected():
 		return errors.New("not connected to NATS")
-	case heartbeatDenied(w.opts.Conn.LastError(), subject):
-		return fmt.Errorf("heartbeat refused by NATS: %w", w.opts.Conn.LastError())
+	case heartbeatDenied(natsErr, subject):
+		return fmt.Errorf("heartbeat refused by NATS: %w", natsErr)
 	case w.lastErr != nil:
 		return fmt.Errorf("heartbeat: %w", w.lastErr)
 	case time.Since(w.lastBeat) > 2*w.opts.HeartbeatInterval:

@@ -113,7 +113,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	c := &Worker{cfg: cfg, ns: "service/" + cfg.Service, w: w, cmds: cmds, active: map[string]*job{},
-		tracker: capabilities.NewTracker(cfg.Conn, cfg.trackerOptions())}
+		tracker: internal.NewTracker(cfg.Conn, cfg.Capabilities, cfg.Logger)}
 	changed, _ := c.tracker.Subscribe()
 	c.ctrl, err = reconciler.New(w.Client(), c, reconciler.Options{Namespace: c.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
 		Triggers: []<-chan struct{}{changed}, ResyncEvery: 2 * time.Second, Logger: cfg.Logger})
@@ -281,7 +281,7 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	// subscription, and nobody would know to end it. The command's own timeout bounds the wait (one
 	// answered later is ended then); a lease lost meanwhile re-enqueues the intent, whose next
 	// reconcile ends the job.
-	rep, err := c.cmds.SubscribeOrUndo(context.WithoutCancel(ctx), capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID}, c.undoFailed)
+	rep, err := c.cmds.SubscribeOrUndo(context.WithoutCancel(ctx), capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID}, internal.UndoFailed(c.cfg.Logger))
 	if errors.Is(err, capabilities.ErrVariantNotReady) || errors.Is(err, capabilities.ErrSourceUnavailable) {
 		c.tracker.Refresh() // the snapshot said otherwise: it may be behind (an announcement lost)
 	}
@@ -336,18 +336,4 @@ func (c *Worker) emit(ctx context.Context, lost <-chan struct{}, key, source, mo
 			c.cfg.Events("detection", key, fmt.Sprintf("%s %.1f", d.Label, d.Confidence))
 		}
 	}
-}
-
-// undoFailed logs a media command answered after it was given up on whose result could not be undone.
-func (c *Worker) undoFailed(err error) {
-	c.cfg.Logger.Warn("a late answer could not be undone", "err", err)
-}
-
-// trackerOptions are the options of the worker's capabilities tracker.
-func (cfg Config) trackerOptions() capabilities.TrackerOptions {
-	o := cfg.Capabilities
-	if o.Logger == nil {
-		o.Logger = cfg.Logger
-	}
-	return o
 }

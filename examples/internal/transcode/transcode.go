@@ -124,7 +124,7 @@ func New(cfg Config) (*Transcoder, error) {
 		return nil, err
 	}
 	t := &Transcoder{cfg: cfg, ns: "service/" + cfg.Service, w: w, cmds: cmds,
-		tracker:    capabilities.NewTracker(cfg.Conn, cfg.trackerOptions()),
+		tracker:    internal.NewTracker(cfg.Conn, cfg.Capabilities, cfg.Logger),
 		leaseFired: make(chan struct{}, 1), held: map[string]*binding{}, lastStatus: map[string]statusMemo{}}
 	capsChanged, _ := t.tracker.Subscribe()
 	t.ctrl, err = reconciler.New(w.Client(), t, reconciler.Options{Namespace: t.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
@@ -399,7 +399,7 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 		// and nobody would know to stop it. The command's own timeout bounds the wait (one answered
 		// later is stopped then).
 		rep, err := t.cmds.StartPublicationOrUndo(context.WithoutCancel(ctx), capabilities.StartPublicationRequest{SessionID: src.SessionID, StreamID: stream.StreamID,
-			VariantID: in.VariantID, OutputProfile: in.OutputProfile, RecordingMode: in.RecordingMode}, t.undoFailed)
+			VariantID: in.VariantID, OutputProfile: in.OutputProfile, RecordingMode: in.RecordingMode}, internal.UndoFailed(t.cfg.Logger))
 		switch {
 		case errors.Is(err, capabilities.ErrSourceUnavailable):
 			st.State, st.Message, st.ErrorCode = reconciler.StatePending, "source session changed; re-resolving", string(capabilities.CodeOf(err))
@@ -563,18 +563,4 @@ func (t *Transcoder) letGo(ctx context.Context, key string, b *binding, why stri
 	}
 	t.mu.Unlock()
 	t.event("stopped", key, "%s", why)
-}
-
-// undoFailed logs a media command answered after it was given up on whose result could not be undone.
-func (t *Transcoder) undoFailed(err error) {
-	t.cfg.Logger.Warn("a late answer could not be undone", "err", err)
-}
-
-// trackerOptions are the options of the worker's capabilities tracker.
-func (cfg Config) trackerOptions() capabilities.TrackerOptions {
-	o := cfg.Capabilities
-	if o.Logger == nil {
-		o.Logger = cfg.Logger
-	}
-	return o
 }

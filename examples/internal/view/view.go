@@ -80,7 +80,7 @@ func New(cfg Config) (*Viewer, error) {
 		return nil, err
 	}
 	v := &Viewer{cfg: cfg, ns: "user/" + cfg.Principal, w: w, cmds: cmds, subs: map[string]subscription{}, lastStatus: map[string]string{},
-		tracker: capabilities.NewTracker(cfg.Conn, cfg.trackerOptions())}
+		tracker: internal.NewTracker(cfg.Conn, cfg.Capabilities, cfg.Logger)}
 	changed, _ := v.tracker.Subscribe()
 	v.ctrl, err = reconciler.New(w.Client(), v, reconciler.Options{Namespace: v.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
 		Triggers: []<-chan struct{}{changed}, Logger: cfg.Logger})
@@ -258,7 +258,7 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		status.State, status.Message = reconciler.StatePending, "waiting for "+wanted+" to be READY"
 		return reconciler.Result{}, v.status(ctx, req.Key, status)
 	}
-	rep, err := v.cmds.SubscribeOrUndo(ctx, capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID}, v.undoFailed)
+	rep, err := v.cmds.SubscribeOrUndo(ctx, capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID}, internal.UndoFailed(v.cfg.Logger))
 	if errors.Is(err, capabilities.ErrVariantNotReady) || errors.Is(err, capabilities.ErrSourceUnavailable) {
 		v.tracker.Refresh() // the snapshot said otherwise: it may be behind (an announcement lost)
 		return reconciler.Result{RequeueAfter: time.Second}, nil
@@ -298,18 +298,4 @@ func (v *Viewer) status(ctx context.Context, intentKey string, st reconciler.Obs
 		v.mu.Unlock()
 	}
 	return err
-}
-
-// undoFailed logs a media command answered after it was given up on whose result could not be undone.
-func (v *Viewer) undoFailed(err error) {
-	v.cfg.Logger.Warn("a late answer could not be undone", "err", err)
-}
-
-// trackerOptions are the options of the worker's capabilities tracker.
-func (cfg Config) trackerOptions() capabilities.TrackerOptions {
-	o := cfg.Capabilities
-	if o.Logger == nil {
-		o.Logger = cfg.Logger
-	}
-	return o
 }

@@ -1,0 +1,24 @@
+package internal
+
+import (
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/capabilities"
+)
+
+// NewTracker returns a worker's capabilities tracker over nc with opts, its Logger defaulting to
+// the worker's log.
+func NewTracker(nc *nats.Conn, opts capabilities.TrackerOptions, log *slog.Logger) *capabilities.Tracker {
+	if opts.Logger == nil {
+		opts.Logger = log
+	}
+	return capabilities.NewTracker(nc, opts)
+}
+
+// UndoFailed returns the onUndoErr of SubscribeOrUndo and StartPublicationOrUndo for a worker: it
+// logs a media command answered after it was given up on whose result could not be undone.
+func UndoFailed(log *slog.Logger) func(error) {
+	return func(err error) { log.Warn("a late answer could not be undone", "err", err) }
+}
