@@ -14,20 +14,18 @@ import (
 	"github.com/keeppeek/coordination/store/wire"
 )
 
-// A media server that goes silent and comes back with the same sessions still has the viewer's
-// subscription: the viewer keeps it (a stale snapshot says nothing of it) instead of forgetting it
-// and subscribing a second time, which would leave the first one on the media server for good.
-// Restarted (new sessions), it has ended the subscription: the viewer subscribes again, once.
-func TestViewerKeepsItsSubscriptionAcrossASilentMediaServer(t *testing.T) {
+// subscribedBehindAGate runs a viewer whose tracker notices a silence fast, subscribed to a variant
+// published on a simulator whose network g can cut; publish publishes the variant on a simulator.
+func subscribedBehindAGate(t *testing.T) (f *fixture, g *simtest.Gate, s *sim.Sim, v *view.Viewer, key string, publish func(*sim.Sim)) {
 	e := simtest.Start(t, sim.Sources(src), "transcoder-a", user)
-	g := &simtest.Gate{}
-	s := simtest.ReplaceSim(t, e, sim.Sources(src), g)
-	f := &fixture{Env: e}
+	g = &simtest.Gate{}
+	s = simtest.ReplaceSim(t, e, sim.Sources(src), g)
+	f = &fixture{Env: e}
 	pub, err := capabilities.NewCommands(e.Connect(t, "transcoder-a"), "transcoder-a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	publish := func(s *sim.Sim) {
+	publish = func(s *sim.Sim) {
 		sess, _, _ := s.SessionID(src)
 		if _, err := pub.StartPublication(t.Context(), capabilities.StartPublicationRequest{SessionID: sess, StreamID: "video",
 			VariantID: variant, OutputProfile: variant, RecordingMode: "disabled"}); err != nil {
@@ -35,17 +33,26 @@ func TestViewerKeepsItsSubscriptionAcrossASilentMediaServer(t *testing.T) {
 		}
 	}
 	publish(s)
-	v, err := view.New(view.Config{Conn: e.Connect(t, user), Principal: user, WorkerID: "viewer-1", Logger: slog.New(slog.DiscardHandler),
+	v, err = view.New(view.Config{Conn: e.Connect(t, user), Principal: user, WorkerID: "viewer-1", Logger: slog.New(slog.DiscardHandler),
 		Capabilities: simtest.FastTracker})
 	if err != nil {
 		t.Fatal(err)
 	}
 	simtest.Run(t, v.Run)
-	key, err := v.Want(t.Context(), src, "video", variant)
-	if err != nil {
+	if key, err = v.Want(t.Context(), src, "video", variant); err != nil {
 		t.Fatal(err)
 	}
 	simtest.WaitFor(t, 10*time.Second, "subscribed", func() bool { return f.status(t, key).State == reconciler.StateActive })
+	return f, g, s, v, key, publish
+}
+
+// A media server that goes silent and comes back with the same sessions still has the viewer's
+// subscription: the viewer keeps it (a stale snapshot says nothing of it) instead of forgetting it
+// and subscribing a second time, which would leave the first one on the media server for good.
+// Restarted (new sessions), it has ended the subscription: the viewer subscribes again, once.
+func TestViewerKeepsItsSubscriptionAcrossASilentMediaServer(t *testing.T) {
+	f, g, s, v, key, publish := subscribedBehindAGate(t)
+	e := f.Env
 	first, _ := v.Subscription(key)
 
 	g.SetCut(true)
@@ -89,31 +96,8 @@ func TestViewerKeepsItsSubscriptionAcrossASilentMediaServer(t *testing.T) {
 // keeps the subscription (its status not "stopped") and ends it once the media server answers again
 // with the same session, which still has it.
 func TestDeletedIntentEndsTheSubscriptionOnceTheMediaServerAnswers(t *testing.T) {
-	e := simtest.Start(t, sim.Sources(src), "transcoder-a", user)
-	g := &simtest.Gate{}
-	s := simtest.ReplaceSim(t, e, sim.Sources(src), g)
-	f := &fixture{Env: e}
-	pub, err := capabilities.NewCommands(e.Connect(t, "transcoder-a"), "transcoder-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess, _, _ := s.SessionID(src)
-	if _, err := pub.StartPublication(t.Context(), capabilities.StartPublicationRequest{SessionID: sess, StreamID: "video",
-		VariantID: variant, OutputProfile: variant, RecordingMode: "disabled"}); err != nil {
-		t.Fatal(err)
-	}
-	v, err := view.New(view.Config{Conn: e.Connect(t, user), Principal: user, WorkerID: "viewer-1", Logger: slog.New(slog.DiscardHandler),
-		Capabilities: simtest.FastTracker})
-	if err != nil {
-		t.Fatal(err)
-	}
-	simtest.Run(t, v.Run)
-	key, err := v.Want(t.Context(), src, "video", variant)
-	if err != nil {
-		t.Fatal(err)
-	}
-	simtest.WaitFor(t, 10*time.Second, "subscribed", func() bool { return f.status(t, key).State == reconciler.StateActive })
-
+	f, g, _, v, key, _ := subscribedBehindAGate(t)
+	e := f.Env
 	speak := g.Silence(t, e)
 	if _, err := e.Admin.Delete(t.Context(), wire.DeleteRequest{Namespace: ns, Key: key}); err != nil {
 		t.Fatal(err)
