@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/keeppeek/coordination/store/wire"
@@ -30,6 +31,11 @@ type mutation struct {
 	ttlMs     int64
 	guard     *wire.Guard
 	digest    string // the document's SHA-256 for the audit record, computed by the caller
+	// capPrefix, when set, caps a put that creates its key: it fails QUOTA_EXCEEDED (naming capBound)
+	// when capMax live entries of the namespace already have keys starting with capPrefix.
+	capPrefix string
+	capMax    int64
+	capBound  string
 	done      chan mutResult
 }
 
@@ -257,6 +263,27 @@ func (st *stage) lookup(ns, key string) *wire.Entry {
 	return nil
 }
 
+// countPrefix counts the live entries of ns whose keys start with prefix, as staged, up to limit.
+func (st *stage) countPrefix(ns, prefix string, limit int64) int64 {
+	var n int64
+	vp := ns + "\x00" + prefix
+	for k, e := range st.vals {
+		if e != nil && strings.HasPrefix(k, vp) {
+			n++ // staged in this batch: live (a lease is at least a second long)
+		}
+	}
+	if sp := st.s.spaces[ns]; sp != nil {
+		sp.ascendPrefix(prefix, "", func(e *wire.Entry) bool {
+			if _, staged := st.vals[ns+"\x00"+e.Key]; staged || !live(e, st.now) {
+				return true // counted above if still there; expired
+			}
+			n++
+			return n < limit
+		})
+	}
+	return n
+}
+
 // set records key's new value (nil: removed) and keeps the counters.
 func (st *stage) set(ns, key string, prev, next *wire.Entry) {
 	n := st.ns(ns)
@@ -329,6 +356,11 @@ func (st *stage) stagePut(m *mutation) (*wire.Entry, error) {
 		}
 		if n.count == 0 && st.liveNS+1 > b.MaxNamespaces {
 			return nil, wire.Errorf(wire.CodeQuotaExceeded, "%d namespaces hold entries (max_namespaces)", st.liveNS)
+		}
+		if m.capPrefix != "" {
+			if have := st.countPrefix(m.ns, m.capPrefix, m.capMax); have >= m.capMax {
+				return nil, wire.Errorf(wire.CodeQuotaExceeded, "%s holds %d entries under %s (%s)", m.ns, have, m.capPrefix, m.capBound)
+			}
 		}
 	} else {
 		prevSize = int64(len(cur.Document))

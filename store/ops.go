@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 
 	"github.com/keeppeek/coordination/store/policy"
 	"github.com/keeppeek/coordination/store/wire"
@@ -95,12 +96,14 @@ func (s *Store) Put(ctx context.Context, p policy.Principal, req wire.PutRequest
 	if err := policy.CheckWrite(p, req.Namespace); err != nil {
 		return wire.Entry{}, err
 	}
-	return s.put(ctx, p.ID, req, doc)
+	return s.put(ctx, nil, p.ID, req, doc)
 }
 
 // PutSystem writes an entry of the system namespace on the server's own behalf (worker status from
 // heartbeats). Nobody else can write system: Put refuses it for every principal. owner is the
-// principal the entry is kept for.
+// principal the entry is kept for. A put that would create a worker-status key of owner
+// (wire.WorkersPrefix) while owner already has max_workers_per_principal live ones fails
+// QUOTA_EXCEEDED, so no principal fills system and keeps other principals' workers out of it.
 func (s *Store) PutSystem(ctx context.Context, owner string, req wire.PutRequest) (wire.Entry, error) {
 	if err := s.serving(); err != nil {
 		return wire.Entry{}, err
@@ -115,13 +118,20 @@ func (s *Store) PutSystem(ctx context.Context, owner string, req wire.PutRequest
 	if !wire.ValidPrincipalID(owner) {
 		return wire.Entry{}, wire.Errorf(wire.CodeInvalidArgument, "invalid owner %q", owner)
 	}
-	return s.put(ctx, owner, req, doc)
+	m := &mutation{}
+	if prefix := wire.WorkersPrefix(owner); strings.HasPrefix(req.Key, prefix) {
+		m.capPrefix, m.capMax, m.capBound = prefix, s.opts.Bounds.MaxWorkersPerPrincipal, "max_workers_per_principal"
+	}
+	return s.put(ctx, m, owner, req, doc)
 }
 
-// put runs checks 3 to 6 of a validated request whose compact document is doc.
-func (s *Store) put(ctx context.Context, owner string, req wire.PutRequest, doc []byte) (wire.Entry, error) {
-	m := &mutation{kind: mutPut, principal: owner, ns: req.Namespace, key: req.Key, schema: req.Schema,
-		expected: req.ExpectedRevision, guard: req.Guard}
+// put runs checks 3 to 6 of a validated request whose compact document is doc, as m (nil: a new one).
+func (s *Store) put(ctx context.Context, m *mutation, owner string, req wire.PutRequest, doc []byte) (wire.Entry, error) {
+	if m == nil {
+		m = &mutation{}
+	}
+	m.kind, m.principal, m.ns, m.key, m.schema = mutPut, owner, req.Namespace, req.Key, req.Schema
+	m.expected, m.guard = req.ExpectedRevision, req.Guard
 	if req.TTLMs != nil && *req.TTLMs > 0 {
 		ttl := *req.TTLMs
 		if _, ok := s.opts.Settings[req.Namespace]; ok {

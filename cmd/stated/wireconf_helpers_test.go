@@ -207,7 +207,8 @@ func checkReply(t *testing.T, op wire.Op, data []byte) reply {
 		case wire.OpInfo:
 			b, _ := obj["bounds"].(map[string]any)
 			names := []string{"max_document_bytes", "max_entries_per_namespace", "max_namespaces", "max_total_value_bytes",
-				"max_snapshot_entries", "max_snapshot_bytes", "max_watches", "max_watches_per_principal", "max_pending_updates", "ack_deadline_ms"}
+				"max_snapshot_entries", "max_snapshot_bytes", "max_watches", "max_watches_per_principal", "max_pending_updates", "ack_deadline_ms",
+				"max_workers_per_principal"} // the last is not in section 8: the server's own bound
 			if problem := shapeProblem(b, names, nil); problem != "" {
 				fail("bounds: %s", problem)
 			}

@@ -42,6 +42,7 @@ nkey = "UCQQMSRE3RWAQSET43FQ5MWMAZURBH4KIMVLXL2HLHCK5SKICYCJKWIL"
 [bounds]
 max_pending_updates = 8
 ack_deadline_ms = 1000
+max_workers_per_principal = 40
 
 [state_store.settings."service/mqtt-bridge"]
 revision = 2
@@ -51,7 +52,7 @@ revision = 2
 		t.Fatal(err)
 	}
 	b, err := c.BoundsValue()
-	if err != nil || b.MaxPendingUpdates != 8 || b.AckDeadlineMs != 1000 || b.MaxWatches != 1024 {
+	if err != nil || b.MaxPendingUpdates != 8 || b.AckDeadlineMs != 1000 || b.MaxWatches != 1024 || b.MaxWorkersPerPrincipal != 40 {
 		t.Fatalf("bounds %+v %v", b, err)
 	}
 	if c.DatabasePath() != "/var/lib/kp/state-store.db" || c.NATS.Listen != DefaultNATSListen || c.HTTPListen != DefaultHTTPListen ||

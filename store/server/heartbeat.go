@@ -204,7 +204,19 @@ func (s *Server) handleHeartbeat(msg *nats.Msg) {
 		return
 	}
 	outcome := "accepted"
-	if err := s.heartbeat(msg); err != nil {
+	if err := s.heartbeat(msg); errors.Is(err, wire.ErrQuotaExceeded) {
+		// A new worker of a principal that has max_workers_per_principal live ones, or of a full
+		// system namespace: told once a minute per principal, not per heartbeat of a fleet.
+		outcome = "refused"
+		principal := ""
+		if toks, terr := wire.SubjectTokens(msg.Subject, s.opts.Prefix, "heartbeat.v1", 2); terr == nil {
+			principal = toks[0]
+		}
+		if s.hbWarn.due(principal, time.Now()) {
+			s.opts.Logger.Warn("heartbeats of new workers refused: their principal is at its bound (raise [bounds] max_workers_per_principal or max_entries_per_namespace if it should not be)",
+				"principal", principal, "err", err)
+		}
+	} else if err != nil {
 		outcome = "dropped"
 		s.opts.Logger.Debug("heartbeat dropped", "subject", msg.Subject, "err", err)
 	}
@@ -291,4 +303,25 @@ func fitLeases(st *wire.WorkerStatus, maxBytes int64) int {
 	left := len(st.Leases) - n
 	st.Leases = st.Leases[:n]
 	return left
+}
+
+// warnEvery lets a warning about one principal through at most once per period.
+type warnEvery struct {
+	period time.Duration
+	mu     sync.Mutex
+	last   map[string]time.Time
+}
+
+// due reports whether a warning about principal goes out now, and if so starts its period.
+func (w *warnEvery) due(principal string, now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t, ok := w.last[principal]; ok && now.Sub(t) < w.period {
+		return false
+	}
+	if w.last == nil {
+		w.last = map[string]time.Time{}
+	}
+	w.last[principal] = now
+	return true
 }

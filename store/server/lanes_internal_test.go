@@ -113,3 +113,19 @@ func TestLatestLanesKeepTheNewestWaitingFunction(t *testing.T) {
 	l.close()
 	l.wg.Wait()
 }
+
+// warnEvery lets one warning per principal through per period, each principal on its own clock.
+func TestWarnEveryLimitsPerPrincipal(t *testing.T) {
+	w := warnEvery{period: time.Minute}
+	t0 := time.Unix(1000, 0)
+	for _, c := range []struct {
+		who  string
+		at   time.Duration
+		want bool
+	}{{"alice", 0, true}, {"alice", time.Second, false}, {"bob", time.Second, true},
+		{"alice", 59 * time.Second, false}, {"alice", time.Minute, true}, {"bob", time.Minute, false}} {
+		if got := w.due(c.who, t0.Add(c.at)); got != c.want {
+			t.Errorf("due(%s, +%v) = %v, want %v", c.who, c.at, got, c.want)
+		}
+	}
+}

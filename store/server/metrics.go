@@ -59,7 +59,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "state_watches_dropped_total", Help: "Watches dropped because no one subscribed to their delivery subject any more.",
 		}),
 		Heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "state_heartbeats_total", Help: "Heartbeats seen, by outcome (accepted; superseded: replaced, while it waited, by a newer heartbeat of its worker; dropped: broke a rule, failed, or found too many workers waiting).",
+			Name: "state_heartbeats_total", Help: "Heartbeats seen, by outcome (accepted; superseded: replaced, while it waited, by a newer heartbeat of its worker; refused: a new worker of a principal at max_workers_per_principal, or of a full system namespace; dropped: broke a rule, failed, or found too many workers waiting).",
 		}, []string{"outcome"}),
 		BackendInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "state_backend_info", Help: "The storage backend in use (1).",

@@ -81,6 +81,7 @@ type Server struct {
 	slots    chan struct{} // one per request being handled off the queues (MaxConcurrentRequests)
 	queues   queues        // acks and unwatches, ordered per principal
 	hbLanes  latestLanes   // heartbeats, ordered per worker, the newest waiting one only
+	hbWarn   warnEvery     // refused new workers, warned about once a minute per principal
 	activity atomic.Uint64 // requests handled
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -121,6 +122,7 @@ func New(st *store.Store, nc *nats.Conn, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{st: st, nc: nc, opts: opts, hbLanes: latestLanes{n: heartbeatLanes, limit: heartbeatsWaiting},
+		hbWarn: warnEvery{period: time.Minute},
 		queues: queues{limit: ackQueueLimit(st.Bounds())}, slots: make(chan struct{}, opts.MaxConcurrentRequests)}
 	if err := s.setPrincipals(opts.Principals); err != nil {
 		return nil, err

@@ -14,9 +14,13 @@ type Bounds struct {
 	MaxWatchesPerPrincipal int64 `json:"max_watches_per_principal" toml:"max_watches_per_principal"`
 	MaxPendingUpdates      int64 `json:"max_pending_updates" toml:"max_pending_updates"`
 	AckDeadlineMs          int64 `json:"ack_deadline_ms" toml:"ack_deadline_ms"`
+	// MaxWorkersPerPrincipal is not in SPEC section 8: it caps the live worker-status entries of one
+	// principal (system/workers/<principal>/...); a heartbeat of a further worker is dropped, so no
+	// principal can fill the system namespace and keep every other principal's workers out of it.
+	MaxWorkersPerPrincipal int64 `json:"max_workers_per_principal" toml:"max_workers_per_principal"`
 }
 
-// DefaultBounds returns the defaults of SPEC section 8.
+// DefaultBounds returns the defaults of SPEC section 8 (and 256 workers per principal).
 func DefaultBounds() Bounds {
 	return Bounds{
 		MaxDocumentBytes:       16384,
@@ -29,6 +33,7 @@ func DefaultBounds() Bounds {
 		MaxWatchesPerPrincipal: 256,
 		MaxPendingUpdates:      32,
 		AckDeadlineMs:          30000,
+		MaxWorkersPerPrincipal: 256,
 	}
 }
 
@@ -50,6 +55,7 @@ func (b Bounds) Validate() error {
 		{"max_watches_per_principal", b.MaxWatchesPerPrincipal, MaxSafeInteger},
 		{"max_pending_updates", b.MaxPendingUpdates, MaxPendingUpdatesLimit},
 		{"ack_deadline_ms", b.AckDeadlineMs, MaxAckDeadlineMs},
+		{"max_workers_per_principal", b.MaxWorkersPerPrincipal, MaxSafeInteger},
 	} {
 		if f.v < 1 || f.v > f.max {
 			return fmt.Errorf("bound %s must be between 1 and %d, got %d", f.name, f.max, f.v)

@@ -498,6 +498,8 @@ func (d *decoder) boundsPtr(v **Bounds) error {
 				f = &b.MaxPendingUpdates
 			case "ack_deadline_ms":
 				f = &b.AckDeadlineMs
+			case "max_workers_per_principal":
+				f = &b.MaxWorkersPerPrincipal
 			default:
 				return d.skip()
 			}

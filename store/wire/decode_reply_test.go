@@ -238,7 +238,8 @@ func TestDecodeResultNestedNamesAreExact(t *testing.T) {
 	}
 	// The error and bounds of a reply as the server writes it come back whole.
 	b := wire.Bounds{MaxDocumentBytes: 1, MaxEntriesPerNamespace: 2, MaxNamespaces: 3, MaxTotalValueBytes: 4, MaxSnapshotEntries: 5,
-		MaxSnapshotBytes: 6, MaxWatches: 7, MaxWatchesPerPrincipal: 8, MaxPendingUpdates: 9, AckDeadlineMs: 10}
+		MaxSnapshotBytes: 6, MaxWatches: 7, MaxWatchesPerPrincipal: 8, MaxPendingUpdates: 9, AckDeadlineMs: 10,
+		MaxWorkersPerPrincipal: 11}
 	for _, r := range []wire.Result{
 		wire.ErrorResult(3, wire.RevisionError(wire.CodeConflict, 0, "k exists")),
 		wire.ErrorResult(4, wire.Errorf(wire.CodeNotFound, "no <such> key & \u2028")),

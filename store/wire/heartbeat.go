@@ -93,4 +93,7 @@ func (w *WorkerStatus) UnmarshalJSON(b []byte) error {
 }
 
 // WorkerKey is the system key of a worker's status entry.
-func WorkerKey(principal, workerID string) string { return "workers/" + principal + "/" + workerID }
+func WorkerKey(principal, workerID string) string { return WorkersPrefix(principal) + workerID }
+
+// WorkersPrefix is the prefix of every worker-status key of principal in the system namespace.
+func WorkersPrefix(principal string) string { return "workers/" + principal + "/" }

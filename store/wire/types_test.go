@@ -169,7 +169,8 @@ func TestBoundsJSONNames(t *testing.T) {
 	b := marshal(t, wire.DefaultBounds())
 	want := `{"max_document_bytes":16384,"max_entries_per_namespace":4096,"max_namespaces":1024,` +
 		`"max_total_value_bytes":67108864,"max_snapshot_entries":64,"max_snapshot_bytes":65536,` +
-		`"max_watches":1024,"max_watches_per_principal":256,"max_pending_updates":32,"ack_deadline_ms":30000}`
+		`"max_watches":1024,"max_watches_per_principal":256,"max_pending_updates":32,"ack_deadline_ms":30000,` +
+		`"max_workers_per_principal":256}`
 	if string(b) != want {
 		t.Errorf("DefaultBounds JSON:\n got %s\nwant %s", b, want)
 	}
@@ -199,6 +200,7 @@ func TestDefaultBoundsMatchSpec(t *testing.T) {
 		MaxWatchesPerPrincipal: 256,
 		MaxPendingUpdates:      32,
 		AckDeadlineMs:          30_000,
+		MaxWorkersPerPrincipal: 256, // not in section 8: the project's own
 	}
 	if got := wire.DefaultBounds(); got != want {
 		t.Errorf("DefaultBounds() = %+v, want %+v", got, want)

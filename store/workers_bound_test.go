@@ -1,0 +1,114 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// workerPut is the worker-status put a heartbeat of principal's worker id makes.
+func workerPut(principal, id string) wire.PutRequest {
+	doc := json.RawMessage(fmt.Sprintf(`{"worker_id":%q,"service":"svc","principal":%q,"status":"ready","interval_ms":1000,"leases":[],"first_seen_ms":1}`, id, principal))
+	return wire.PutRequest{Namespace: "system", Key: wire.WorkerKey(principal, id), Schema: wire.SchemaWorkerStatus, Document: doc, TTLMs: i64(3000)}
+}
+
+// A principal holds at most max_workers_per_principal live worker entries: the next new worker is
+// refused QUOTA_EXCEEDED with nothing written, while its existing workers are rewritten, other
+// principals (even one whose id extends its own) create theirs, and an expired worker frees its place.
+func TestWorkersPerPrincipalBound(t *testing.T) {
+	opts, clk := withClock(DefaultOptions())
+	opts.Bounds.MaxWorkersPerPrincipal = 3
+	s, _ := openT(t, opts)
+	ctx := ctxT(t)
+	for i := range 3 {
+		if _, err := s.PutSystem(ctx, "alice", workerPut("alice", fmt.Sprintf("w%d", i))); err != nil {
+			t.Fatalf("worker %d: %v", i, err)
+		}
+	}
+	before := nsRevision(t, s, "system")
+	_, err := s.PutSystem(ctx, "alice", workerPut("alice", "w3"))
+	wantCode(t, err, wire.CodeQuotaExceeded)
+	var werr *wire.Error
+	if !errors.As(err, &werr) || !containsAll(werr.Message, "max_workers_per_principal", "workers/alice/") {
+		t.Fatalf("refusal %v does not name the bound and the prefix", err)
+	}
+	if r := nsRevision(t, s, "system"); r != before {
+		t.Fatalf("a refused worker moved system from revision %d to %d", before, r)
+	}
+	if _, err := s.Get(ctx, admin, wire.GetRequest{Namespace: "system", Key: wire.WorkerKey("alice", "w3")}); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("the refused worker is there: %v", err)
+	}
+	// A worker it has changes its status as before.
+	changed := workerPut("alice", "w0")
+	changed.Document = json.RawMessage(`{"worker_id":"w0","service":"svc","principal":"alice","status":"draining","interval_ms":1000,"leases":[],"first_seen_ms":1}`)
+	if _, err := s.PutSystem(ctx, "alice", changed); err != nil {
+		t.Fatalf("rewrite of an existing worker: %v", err)
+	}
+	for _, p := range []string{"bob", "alice2"} {
+		if _, err := s.PutSystem(ctx, p, workerPut(p, "w0")); err != nil {
+			t.Fatalf("%s's first worker: %v", p, err)
+		}
+	}
+	// Once alice's workers expire, new ones take their places.
+	clk.advance(4 * time.Second)
+	for i := 3; i < 6; i++ {
+		if _, err := s.PutSystem(ctx, "alice", workerPut("alice", fmt.Sprintf("w%d", i))); err != nil {
+			t.Fatalf("worker %d after the others expired: %v", i, err)
+		}
+	}
+	_, err = s.PutSystem(ctx, "alice", workerPut("alice", "w6"))
+	wantCode(t, err, wire.CodeQuotaExceeded)
+}
+
+// New workers of one principal committed together (one batch, or several) never pass the bound: of
+// many first heartbeats at once, exactly max_workers_per_principal are admitted, every round.
+func TestWorkersPerPrincipalBoundUnderConcurrency(t *testing.T) {
+	opts := DefaultOptions()
+	opts.Bounds.MaxWorkersPerPrincipal = 5
+	s, _ := openT(t, opts)
+	ctx := ctxT(t)
+	for round := range 10 {
+		p := fmt.Sprintf("p%d", round)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		admitted, refused := 0, 0
+		for i := range 40 {
+			wg.Go(func() {
+				_, err := s.PutSystem(ctx, p, workerPut(p, fmt.Sprintf("w%02d", i)))
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					admitted++
+				case errors.Is(err, wire.ErrQuotaExceeded):
+					refused++
+				default:
+					t.Errorf("round %d worker %d: %v", round, i, err)
+				}
+			})
+		}
+		wg.Wait()
+		if admitted != 5 || refused != 35 {
+			t.Fatalf("round %d: %d admitted, %d refused; want 5 and 35", round, admitted, refused)
+		}
+		l, err := s.List(ctx, admin, wire.ListRequest{Namespace: "system", KeyPrefix: wire.WorkersPrefix(p)})
+		if err != nil || len(l.Entries) != 5 {
+			t.Fatalf("round %d: %d worker entries listed, %v", round, len(l.Entries), err)
+		}
+	}
+}
+
+func containsAll(s string, parts ...string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
