@@ -606,6 +606,35 @@ func fitPage(b []byte, res *wire.Result, limit int64) []byte {
 	return b
 }
 
+// cutPage shortens a list page before it is encoded, to the entries whose encoding cannot be larger
+// than limit bytes (at least one): a page of 256 entries of 16 KiB is never encoded whole (4 MiB per
+// request) only for fitPage to cut it to the NATS message size. It counts each entry's least
+// encoded size (entryFloor), so it never drops an entry that would have fit; fitPage trims the rest.
+func cutPage(res *wire.Result, limit int64) {
+	if limit <= 0 {
+		return
+	}
+	var size int64
+	for i, e := range res.Entries {
+		if size += entryFloor(&e); size > limit && i > 0 {
+			res.Entries = res.Entries[:i]
+			res.NextAfterKey = res.Entries[i-1].Key
+			return
+		}
+	}
+}
+
+// entryFloor is at most the length of e's JSON encoding within a page: its strings and document as
+// they are (escaping only lengthens them) and its field names.
+func entryFloor(e *wire.Entry) int64 {
+	return int64(len(e.Namespace)+len(e.Key)+len(e.Schema)+len(e.Owner)+len(e.Document)) + entryFieldBytes
+}
+
+// entryFieldBytes is the length of the names, quotes, colons, commas and braces of an entry's
+// always-present fields: {"namespace":"","key":"","schema":"","owner":"","revision":,"created_at_ms":,"updated_at_ms":,"document":}
+// plus a digit for each of its three numbers.
+const entryFieldBytes = int64(len(`{"namespace":"","key":"","schema":"","owner":"","revision":,"created_at_ms":,"updated_at_ms":,"document":}`) + 3)
+
 // errorResult is the reply to a request the engine answered err. A request whose context ended while
 // the engine had it (RequestTimeout, or Stop's deadline) has an unknown outcome: a write may still
 // commit. It gets no reply at all, as if the reply were lost, rather than an error code that would say
@@ -695,7 +724,9 @@ func (s *Server) dispatch(op wire.Op, req micro.Request) (int64, wire.Result, fu
 		if err != nil {
 			return fail(r.RequestID, err)
 		}
-		return r.RequestID, wire.Result{OK: true, Entries: l.Entries, NextAfterKey: l.NextAfterKey, Revision: &l.Revision}, nil
+		res := wire.Result{OK: true, Entries: l.Entries, NextAfterKey: l.NextAfterKey, Revision: &l.Revision}
+		cutPage(&res, s.nc.MaxPayload())
+		return r.RequestID, res, nil
 	case wire.OpWatch:
 		var r wire.WatchRequest
 		if err := wire.Decode(data, &r); err != nil {
