@@ -122,3 +122,43 @@ func TestCampaignAcrossARestore(t *testing.T) {
 		t.Fatalf("lease entry after the campaign: %+v %v", e, err)
 	}
 }
+
+// TestCampaignWaitingThroughARestore: a standby already waiting for a held lease (its cache holds the
+// holder's entry) when the store is restored to a backup without that entry must claim in the new
+// epoch: its cache resyncs to a snapshot without the key, and the standby sees the lease free.
+func TestCampaignWaitingThroughARestore(t *testing.T) {
+	s := startStated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	holder, standby := statedClient(t, s), statedClient(t, s)
+	backup := offlineBackup(t, s) // no lease in it
+	la, err := lease.Claim(ctx, holder, opts(key, "replica-a", time.Minute)) // no renewal during the test
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { releaseNow(t, la) }) // void after the restore: nothing to delete
+
+	refusals, waits := 0, 0
+	o := lease.WithHooks(opts(key, "replica-b", 2*time.Second), lease.TestHooks{
+		Held: func() { refusals++ },
+		Wait: func() {
+			if waits++; waits == 1 { // waiting behind replica-a's entry: restore under the wait
+				restore(t, s, backup)
+			}
+		},
+	})
+	cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
+	defer ccancel()
+	lb, err := lease.Campaign(cctx, standby, o)
+	if err != nil {
+		t.Fatalf("Campaign waiting through a restore that left the lease free: %v (refused %d times, waited %d)", err, refusals, waits)
+	}
+	t.Cleanup(func() { releaseNow(t, lb) })
+	if !lb.Held() || refusals != 1 || waits != 1 {
+		t.Fatalf("standby: held %v after %d refusals and %d waits", lb.Held(), refusals, waits)
+	}
+	e, err := standby.Get(ctx, ns, key)
+	if err != nil || decodeLease(t, e).Holder != "replica-b" || e.Revision != lb.Revision() {
+		t.Fatalf("lease entry after the campaign: %+v %v", e, err)
+	}
+}
