@@ -131,7 +131,8 @@ func TestCampaignWaitingThroughARestore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	holder, standby := statedClient(t, s), statedClient(t, s)
-	backup := offlineBackup(t, s)                                            // no lease in it
+	backup := offlineBackup(t, s) // no lease in it
+
 	la, err := lease.Claim(ctx, holder, opts(key, "replica-a", time.Minute)) // no renewal during the test
 	if err != nil {
 		t.Fatal(err)
