@@ -231,8 +231,8 @@ func decodeReply(cmd Command, data []byte) (Reply, error) {
 	switch {
 	case r.OK != nil:
 		r.Reply.OK = *r.OK
-		if !r.Reply.OK && r.Error == nil && flat != nil && flat.Code != "" {
-			r.Error = flat
+		if r.Error == nil && flat != nil && flat.Code != "" {
+			r.Error = flat // beside "ok": true too, which checkReply refuses (ok with an error)
 		}
 	case r.Error != nil: // no envelope: SPEC section 12's bare reply
 		r.Reply.OK = false

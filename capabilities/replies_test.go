@@ -63,3 +63,31 @@ func TestBareResultWithAMessage(t *testing.T) {
 		t.Errorf("Subscribe answered a result with a message = %+v, %v", r, err)
 	}
 }
+
+// A reply that says ok and also carries an error code is a protocol error, whether the error is an
+// object ({"ok": true, "error": {...}}) or flat beside "ok" ({"ok": true, "code": ...}): it says two
+// things, and a refused stop_publication must never be read as done.
+func TestOKWithAFlatErrorCodeIsNoSuccess(t *testing.T) {
+	url := startNATS(t)
+	srv := newCannedServer(t, url)
+	c, err := capabilities.NewCommands(connect(t, url), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	replies := []string{
+		`{"ok":true,"error":{"code":"PUBLICATION_ERROR_CODE_NOT_FOUND","message":"no pub-1"}}`,
+		`{"ok":true,"code":"PUBLICATION_ERROR_CODE_NOT_FOUND","message":"no pub-1"}`,
+		`{"ok":true,"code":"PUBLICATION_ERROR_CODE_NOT_FOUND"}`,
+	}
+	srv.answer(t, capabilities.CommandSubject(capabilities.DefaultPrefix, "alice", capabilities.CommandStopPublication), replies...)
+	for _, r := range replies {
+		if err := c.StopPublication(ctxT(t), "pub-1"); err == nil {
+			t.Errorf("StopPublication answered %s: success, want a protocol error", r)
+		}
+	}
+	// ok with a message of its own (no code) stays a success.
+	srv.answer(t, capabilities.CommandSubject(capabilities.DefaultPrefix, "alice", capabilities.CommandStopPublication), `{"ok":true,"message":"stopped"}`)
+	if err := c.StopPublication(ctxT(t), "pub-1"); err != nil {
+		t.Errorf(`StopPublication answered {"ok":true,"message":"stopped"}: %v`, err)
+	}
+}

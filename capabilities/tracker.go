@@ -73,8 +73,10 @@ type TrackerOptions struct {
 // the waits see that view (Generation is unchanged), since what the media server has is unknown and
 // nothing of it can be acted on. A wait for READY therefore waits, and a reconciler reading Current
 // finds its sources unavailable rather than its publications active. The first fetch that confirms
-// the snapshot, or brings a newer one, makes it current again. Stale tells which view is shown;
-// Subscribe notifies both changes.
+// the snapshot, or brings a newer one, makes it current again, unless it was sent before a fetch that
+// found no responder: a media server that stops may answer the requests it held once it is gone
+// (a drain does), and such an answer is installed if newer but leaves the snapshot stale. Stale
+// tells which view is shown; Subscribe notifies both changes.
 //
 // Its methods are safe for concurrent use. Start it once, Stop it when done.
 type Tracker struct {
@@ -370,6 +372,7 @@ func (t *Tracker) run(ctx context.Context, first chan<- error) {
 		newestOK   uint64 // seq of the newest fetch sent that succeeded
 		newestDone uint64 // seq of the newest fetch sent that completed
 		newestBad  bool   // ... and it failed
+		goneSeq    uint64 // seq of the newest fetch that found no media server answering
 		inFlight   int
 		pending    bool // a fetch is wanted, held back by maxFetchesInFlight
 		backoff    time.Duration
@@ -462,12 +465,16 @@ func (t *Tracker) run(ctx context.Context, first chan<- error) {
 			case r.err != nil:
 				t.log.Warn("capabilities: fetch failed", "error", r.err)
 				if errors.Is(r.err, nats.ErrNoResponders) {
+					goneSeq = max(goneSeq, r.seq)
 					t.markStale("no media server answers " + GetSubject(t.prefix))
 				}
 			default:
 				gen = r.caps.Generation
 				newestOK = max(newestOK, r.seq)
-				if t.accept(r.caps) && t.staleAfter > 0 {
+				// An answer to a fetch sent before one found nobody answering (a media server that
+				// stops serves what it holds) predates that finding: it is taken as news, never as
+				// a sign that the media server is there.
+				if t.accept(r.caps, r.seq > goneSeq) && t.staleAfter > 0 {
 					staleTimer.arm(t.staleAfter)
 				}
 			}
@@ -575,15 +582,19 @@ func isJSONObject(data []byte) bool {
 
 // accept takes a fetched snapshot: it installs it when it is the first or newer than the one held,
 // and makes the one held current again when it is stale and caps has its generation. It reports
-// whether caps confirms the snapshot held (it is now the one held, or has its generation).
-func (t *Tracker) accept(caps *ServerCapabilities) (confirmed bool) {
-	if t.install(caps) {
-		return true
-	}
+// whether caps confirms the snapshot held (it is now the one held, or has its generation). live is
+// false for an answer sent before a later fetch found no media server answering: it is news (a newer
+// generation is installed) but no sign that the media server is there, so a stale snapshot stays
+// stale and nothing is confirmed.
+func (t *Tracker) accept(caps *ServerCapabilities, live bool) (confirmed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if caps.Generation != t.caps.Generation {
-		return false // older: a lagging responder
+	keepStale := t.stale && !live
+	if t.installLocked(caps, keepStale) {
+		return !keepStale
+	}
+	if caps.Generation != t.caps.Generation || keepStale {
+		return false // older (a lagging responder), or an answer from before the media server went
 	}
 	if t.stale {
 		t.stale, t.view = false, t.caps
@@ -598,13 +609,31 @@ func (t *Tracker) accept(caps *ServerCapabilities) (confirmed bool) {
 func (t *Tracker) install(caps *ServerCapabilities) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.installLocked(caps, false)
+}
+
+// installLocked is install; with stale, caps is installed stale (readers see its sources offline).
+// t.mu must be held.
+func (t *Tracker) installLocked(caps *ServerCapabilities, stale bool) bool {
 	if t.caps != nil && caps.Generation <= t.caps.Generation {
 		return false
 	}
-	t.caps, t.view, t.stale = caps, caps, false
+	t.caps, t.view, t.stale = caps, caps, stale
+	if stale {
+		t.view = offlineView(caps)
+	}
 	t.publishLocked()
-	t.log.Debug("capabilities: installed", "generation", caps.Generation, "sources", len(caps.Sources))
+	t.log.Debug("capabilities: installed", "generation", caps.Generation, "sources", len(caps.Sources), "stale", stale)
 	return true
+}
+
+// offlineView returns a copy of caps with every source offline: what readers see of a stale snapshot.
+func offlineView(caps *ServerCapabilities) *ServerCapabilities {
+	view := caps.Clone()
+	for i := range view.Sources {
+		view.Sources[i].Online = false
+	}
+	return &view
 }
 
 // markStale makes the snapshot held stale (see Tracker): readers see it with every source offline.
@@ -614,11 +643,7 @@ func (t *Tracker) markStale(why string, args ...any) {
 	if t.caps == nil || t.stale {
 		return
 	}
-	view := t.caps.Clone()
-	for i := range view.Sources {
-		view.Sources[i].Online = false
-	}
-	t.stale, t.view = true, &view
+	t.stale, t.view = true, offlineView(t.caps)
 	t.log.Warn("capabilities: the snapshot is stale ("+why+"); its sources read offline until a fetch confirms it",
 		append([]any{"generation", t.caps.Generation}, args...)...)
 	t.publishLocked()

@@ -49,9 +49,12 @@ func orUndo[R any](ctx context.Context, timeout time.Duration, cmd Command, do f
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
+	// The request timeout bounds the wait even under a later deadline: a context that allows an hour
+	// does not make the caller wait an hour for a media server that is slow or gone; the answer, when
+	// it comes, is undone.
 	wait := timeout
 	if d, ok := ctx.Deadline(); ok {
-		wait = time.Until(d)
+		wait = min(wait, time.Until(d))
 	}
 	type answer struct {
 		rep R

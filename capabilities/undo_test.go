@@ -96,3 +96,41 @@ func TestCommandsAnsweredInTimeAreKept(t *testing.T) {
 		t.Fatalf("publications %+v, want only %s", pubs, rep.PublicationID)
 	}
 }
+
+// The request timeout bounds the wait of SubscribeOrUndo and StartPublicationOrUndo even when the
+// caller's context allows longer, as their doc says ("as long as ctx allows, at most the request
+// timeout"): a media server slower than the timeout costs the caller the timeout, and what it made
+// once it answered is undone.
+func TestOrUndoWaitsAtMostTheRequestTimeout(t *testing.T) {
+	e := newEnv(t, sim.Options{})
+	alice, err := capabilities.NewCommands(connect(t, e.url), "alice", capabilities.WithRequestTimeout(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sim.SetCommandDelay(time.Second) // far beyond the request timeout, well within the deadline
+	var mu sync.Mutex
+	var undoErrs []error
+	onUndo := func(err error) { mu.Lock(); undoErrs = append(undoErrs, err); mu.Unlock() }
+	rep, err := alice.StartPublicationOrUndo(ctxT(t), startReq(e, "browser-h264-720p", capabilities.RecordingModeDisabled), onUndo)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("StartPublicationOrUndo with a 50 ms request timeout, a 10 s deadline and a media server taking 1 s = %+v, %v; want context.DeadlineExceeded", rep, err)
+	}
+	e.sim.SetCommandDelay(0)
+	waitUntil(t, "the late publication stopped", func() bool {
+		return len(e.sim.Publications()) == 0 && e.sim.Pending() == 0
+	})
+	var started, stopped int
+	for _, c := range e.sim.Commands() {
+		switch {
+		case c.Command == capabilities.CommandStartPublication && c.Reply.OK:
+			started++
+		case c.Command == capabilities.CommandStopPublication && c.Reply.OK:
+			stopped++
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if started != 1 || stopped != 1 || undoErrs != nil {
+		t.Fatalf("%d started, %d stopped, undo errors %v; want the late publication started and stopped", started, stopped, undoErrs)
+	}
+}

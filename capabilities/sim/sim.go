@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -320,7 +321,8 @@ func (s *Sim) unsubscribeLocked() {
 // Stop unsubscribes (and flushes, so that the NATS server has dropped the subscriptions when Stop
 // returns), stops every pending READY timer, waiting for any that is running, and drops the commands
 // still waiting out a command delay (unanswered), waiting for the commands being handled. The state
-// stays inspectable. Stop may be called more than once.
+// stays inspectable, and changes made to it afterwards are announced to nobody. Stop may be called
+// more than once.
 func (s *Sim) Stop() {
 	s.mu.Lock()
 	if s.stopped {
@@ -343,10 +345,11 @@ func (s *Sim) Stop() {
 	s.handling.Wait()
 }
 
-// bumpLocked advances the generation and announces it (unless suppressed).
+// bumpLocked advances the generation and announces it (unless suppressed, or not serving: before
+// Start and after Stop, a media server that is not there announces nothing).
 func (s *Sim) bumpLocked(why string) {
 	s.generation++
-	if s.quiet || !s.started {
+	if s.quiet || !s.started || s.stopped {
 		return
 	}
 	data, _ := json.Marshal(capabilities.Changed{Generation: s.generation})
@@ -372,10 +375,14 @@ func (s *Sim) SuppressChanged(suppress bool) {
 	s.quiet = suppress
 }
 
-// Announce publishes `changed` with the current generation, without changing anything.
+// Announce publishes `changed` with the current generation, without changing anything. It fails
+// before Start and after Stop: a media server that is not serving announces nothing.
 func (s *Sim) Announce() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.started || s.stopped {
+		return errors.New("sim: not serving (not started, or stopped)")
+	}
 	data, _ := json.Marshal(capabilities.Changed{Generation: s.generation})
 	return s.nc.Publish(capabilities.ChangedSubject(s.prefix), data)
 }
@@ -745,7 +752,8 @@ func decode(body []byte, v any) *capabilities.Error {
 	if err := dec.Decode(v); err != nil {
 		return capabilities.Errorf(capabilities.CodeInvalidArgument, "malformed request: %v", err)
 	}
-	if dec.More() {
+	// More is false before a stray ']' or '}': only the end of the body ends the request.
+	if _, err := dec.Token(); err != io.EOF {
 		return capabilities.Errorf(capabilities.CodeInvalidArgument, "malformed request: data after the object")
 	}
 	return nil

@@ -212,6 +212,11 @@ func TestStartPublicationProtocolErrors(t *testing.T) {
 		{"no variant", `{"session_id":"` + session + `","stream_id":"video","output_profile":"p","recording_mode":"inherit"}`, capabilities.CodeInvalidArgument},
 		{"unknown stream", `{"session_id":"` + session + `","stream_id":"depth","variant_id":"v","output_profile":"p","recording_mode":"inherit"}`, capabilities.CodeSourceUnavailable},
 		{"unknown session", `{"session_id":"sess-0","stream_id":"video","variant_id":"v","output_profile":"p","recording_mode":"inherit"}`, capabilities.CodeSourceUnavailable},
+		// Data after the object is INVALID_ARGUMENT whatever it is, a stray closing bracket or brace
+		// included (json.Decoder.More reports neither), and the request is not carried out.
+		{"bracket after", `{"session_id":"` + session + `","stream_id":"video","variant_id":"v","output_profile":"p","recording_mode":"inherit"}]`, capabilities.CodeInvalidArgument},
+		{"brace after", `{"session_id":"` + session + `","stream_id":"video","variant_id":"v","output_profile":"p","recording_mode":"inherit"}}`, capabilities.CodeInvalidArgument},
+		{"object after", `{"session_id":"` + session + `","stream_id":"video","variant_id":"v","output_profile":"p","recording_mode":"inherit"} {}`, capabilities.CodeInvalidArgument},
 	} {
 		r, raw := request(t, nc, "kp", "alice", capabilities.CommandStartPublication, tc.body)
 		if r.OK || r.Error == nil || r.Error.Code != tc.code || r.Error.Message == "" {
@@ -222,7 +227,7 @@ func TestStartPublicationProtocolErrors(t *testing.T) {
 		t.Errorf("publications after refused commands: %+v", s.Publications())
 	}
 	cmds := s.Commands()
-	if len(cmds) != 9 || cmds[0].Principal != "alice" || cmds[0].Command != capabilities.CommandStartPublication || string(cmds[0].Body) != `{}` {
+	if len(cmds) != 12 || cmds[0].Principal != "alice" || cmds[0].Command != capabilities.CommandStartPublication || string(cmds[0].Body) != `{}` {
 		t.Errorf("commands %+v", cmds)
 	}
 }
@@ -484,5 +489,55 @@ func TestFailPublicationAfterReady(t *testing.T) {
 	}
 	if err := s.FailPublication("pub-none"); err == nil {
 		t.Error("FailPublication of an unknown publication succeeded")
+	}
+}
+
+// A stopped simulator is a media server that is gone: it announces nothing either. A change made to
+// it afterwards (a test inspecting or driving its state) or Announce must not publish a generation on
+// `changed`, where trackers would take it for a live media server's (and a restarted one, counting on
+// from the same generation, may announce the same numbers).
+func TestStopStopsAnnouncing(t *testing.T) {
+	ns := natstest.Start(t, natsserver.Options{})
+	simNC, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(simNC.Close)
+	s := sim.New(simNC, sim.Options{Sources: sim.Sources("front-door")})
+	if err := s.Start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	watcher, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(watcher.Close)
+	next := changes(t, watcher, "kp")
+	s.Stop()
+	if err := s.SetOnline("front-door", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddSource(sim.SourceConfig{SourceID: "garage"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Announce(); err == nil {
+		t.Error("Announce of a stopped simulator succeeded")
+	}
+	// Anything the simulator published is at the NATS server once its connection is flushed, and
+	// reaches the watcher before a marker the watcher publishes after that.
+	if err := simNC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const marker = 1 << 40
+	data, _ := json.Marshal(capabilities.Changed{Generation: marker})
+	if err := watcher.Publish(capabilities.ChangedSubject("kp"), data); err != nil {
+		t.Fatal(err)
+	}
+	if g := next(); g != marker {
+		t.Fatalf("a stopped simulator announced generation %d", g)
+	}
+	if g := s.Generation(); g != 3 {
+		t.Errorf("generation %d after two changes of the stopped simulator, want 3 (its state goes on)", g)
 	}
 }
