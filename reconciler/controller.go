@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -245,8 +246,15 @@ func (c *Controller) Cache() *client.Cache { return c.cache.Load() }
 
 // Enqueue asks for a Reconcile of key (in the controller's namespace). A key already waiting is not
 // queued twice. Keys enqueued before Start are reconciled once it has started; after Stop, Enqueue
-// does nothing.
-func (c *Controller) Enqueue(key string) { c.q.add(key) }
+// does nothing. A key that is not a valid key under KeyPrefix is ignored (and logged): the Cache never
+// holds it, so a Reconcile would take an entry the store holds for one that is gone.
+func (c *Controller) Enqueue(key string) {
+	if !wire.ValidKey(key) || !strings.HasPrefix(key, c.o.KeyPrefix) {
+		c.log.Warn("reconciler: Enqueue ignored a key that is not a valid key under the prefix", "key", key)
+		return
+	}
+	c.q.add(key)
+}
 
 // enqueueAll enqueues every known key.
 func (c *Controller) enqueueAll() {

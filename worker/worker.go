@@ -234,6 +234,33 @@ func (w *Worker) Healthy() error {
 	return nil
 }
 
+// errConnClosed is Run's error once the worker's NATS connection is closed for good.
+var errConnClosed = fmt.Errorf("worker: its NATS connection is closed: %w", nats.ErrConnectionClosed)
+
+// startError is Run's error for a component's Start that returned err: nil when the worker was told
+// to stop meanwhile and err is only the cancellation (a Start that waits for the store returns its
+// context's error), the closed connection when that ended the start, err otherwise.
+func startError(ctx context.Context, connClosed <-chan struct{}, err error) error {
+	cancelled := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	switch {
+	case isClosed(connClosed) && ctx.Err() == nil:
+		return errors.Join(errConnClosed, fmt.Errorf("worker: start: %w", err))
+	case cancelled && ctx.Err() != nil:
+		return nil
+	}
+	return fmt.Errorf("worker: start: %w", err)
+}
+
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 // heartbeatDenied reports whether err is NATS refusing a publish to subject.
 func heartbeatDenied(err error, subject string) bool {
 	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`)
@@ -281,8 +308,11 @@ func (w *Worker) heartbeat() error {
 // on (they are made once StopTimeout has passed even if an owned goroutine has not returned); the
 // last heartbeat then still lists the leases they hold, which expire with their TTL if Stop never
 // releases them. Run does not wait past StopTimeout for that last heartbeat to be flushed, nor at all
-// while NATS is unreachable. A ctx that ends while the components start stops the worker without
-// starting the owned goroutines or announcing "ready".
+// while NATS is unreachable. A ctx that ends while the components start (or a connection closed
+// for good then) stops the worker without starting the remaining components, the owned goroutines or
+// announcing "ready"; a Start that then returns its context's error is no failure: Run returns nil
+// for a worker told to stop. A Start that fails stops the worker the same way (draining, the
+// components started before it stopped within StopTimeout, stopping), and Run returns its error.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if w.running {
@@ -300,18 +330,22 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.mu.Unlock()
 	}()
 	log := w.opts.Logger.With("worker", w.opts.WorkerID)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	// A connection closed for good (not one that is reconnecting) ends the run: nothing the worker does
-	// can reach the store or the media server any more, and its heartbeats are gone.
+	// can reach the store or the media server any more, and its heartbeats are gone. It also ends the
+	// components' start (runCtx), which would otherwise wait for a store it can no longer reach.
 	connClosed := make(chan struct{})
 	status := w.opts.Conn.StatusChanged(nats.CLOSED)
 	defer w.opts.Conn.RemoveStatusListener(status)
 	go func() {
 		if _, ok := <-status; ok || w.opts.Conn.IsClosed() {
 			close(connClosed)
+			cancel()
 		}
 	}()
 	if w.opts.Conn.IsClosed() {
-		return fmt.Errorf("worker: its NATS connection is closed: %w", nats.ErrConnectionClosed)
+		return errConnClosed
 	}
 	_ = w.heartbeat()
 	hbStop, hbDone := make(chan struct{}), make(chan struct{})
@@ -335,30 +369,40 @@ func (w *Worker) Run(ctx context.Context) error {
 	endHeartbeats := func() { stopHeartbeats.Do(func() { close(hbStop); <-hbDone }) }
 	defer endHeartbeats()
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var started []Component
 	stopComponents := func() {
 		for i := len(started) - 1; i >= 0; i-- {
 			started[i].Stop()
 		}
 	}
+	// A start that fails, or that ends because the worker was told to stop or lost its connection,
+	// goes down the same way as a run: draining, the started components stopped within StopTimeout,
+	// stopping.
+	var runErr error
 	for _, c := range components {
+		if runCtx.Err() != nil {
+			break
+		}
 		if err := c.Start(runCtx); err != nil {
-			stopComponents()
-			endHeartbeats()
-			w.setStatus(wire.StatusStopping)
-			_ = w.heartbeat()
-			return fmt.Errorf("worker: start: %w", err)
+			runErr = startError(ctx, connClosed, err)
+			break
 		}
 		started = append(started, c)
 	}
 	errs := make(chan error, len(goroutines))
 	var wg sync.WaitGroup
-	// A worker told to stop while its components were starting (a Start that returns when its
-	// context ends) was never ready: it starts no goroutines and does not announce "ready" on its way
-	// down.
-	if ctx.Err() == nil {
+	switch {
+	case runErr != nil:
+		log.Error("stopping: the start failed", "err", runErr)
+	case runCtx.Err() != nil:
+		// Told to stop, or cut off, while the components were starting (a Start that returns when
+		// its context ends): the worker was never ready. It starts no goroutines and does not
+		// announce "ready" on its way down.
+		if isClosed(connClosed) && ctx.Err() == nil {
+			runErr = errConnClosed
+			log.Error("stopping: the NATS connection is closed for good")
+		}
+	default:
 		for _, g := range goroutines {
 			wg.Add(1)
 			go func() {
@@ -370,16 +414,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		w.setStatus(wire.StatusReady)
 		log.Info("worker ready", "principal", w.opts.Principal, "service", w.opts.Service)
-	}
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errs:
-		log.Error("stopping after a failure", "err", runErr)
-	case <-connClosed:
-		runErr = fmt.Errorf("worker: its NATS connection is closed: %w", nats.ErrConnectionClosed)
-		log.Error("stopping: the NATS connection is closed for good")
+		select {
+		case <-ctx.Done():
+		case runErr = <-errs:
+			log.Error("stopping after a failure", "err", runErr)
+		case <-connClosed:
+			runErr = errConnClosed
+			log.Error("stopping: the NATS connection is closed for good")
+		}
 	}
 
 	w.setStatus(wire.StatusDraining)
