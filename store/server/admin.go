@@ -149,10 +149,23 @@ func (s *Server) adminHandler(op wire.Op) micro.HandlerFunc {
 				res = s.admin(op, req.Subject(), data)
 			}
 			res.RequestID = id
+			res.Error = cutMessage(res.Error)
 			body, _ := json.Marshal(res)
 			_ = req.Respond(body)
 		}()
 	}
+}
+
+// backupChunk is the most backup data one read answers when NATS messages may hold maxPayload bytes
+// (0: not known): wire.MaxBackupChunk, or less, so that the chunk, base64 in the JSON reply beside
+// its other fields (envelopeRoom), fits one message. A larger reply could not be sent, and the reader
+// would wait for it in vain; readers advance by the data they get, so a smaller chunk costs only
+// more reads.
+func backupChunk(maxPayload int64) int64 {
+	if maxPayload <= 0 {
+		return wire.MaxBackupChunk
+	}
+	return max(min(int64(wire.MaxBackupChunk), (maxPayload-envelopeRoom)/4*3), 1)
 }
 
 func adminError(id int64, err error) wire.AdminResult {
@@ -229,7 +242,7 @@ func (s *Server) backup(p policy.Principal, r wire.BackupRequest) wire.AdminResu
 			return adminError(r.RequestID, wire.Errorf(wire.CodeStorage, "backup: %v", err))
 		}
 		defer f.Close()
-		buf := make([]byte, min(int64(wire.MaxBackupChunk), bf.size-r.Offset))
+		buf := make([]byte, min(backupChunk(s.nc.MaxPayload()), bf.size-r.Offset))
 		if _, err := f.ReadAt(buf, r.Offset); err != nil && err != io.EOF {
 			return adminError(r.RequestID, wire.Errorf(wire.CodeStorage, "backup: %v", err))
 		}

@@ -205,15 +205,16 @@ func (s *Server) handleHeartbeat(msg *nats.Msg) {
 	}
 	outcome := "accepted"
 	if err := s.heartbeat(msg); errors.Is(err, wire.ErrQuotaExceeded) {
-		// A new worker of a principal that has max_workers_per_principal live ones, or of a full
-		// system namespace: told once a minute per principal, not per heartbeat of a fleet.
+		// Over a quota: most often a new worker of a principal that has max_workers_per_principal
+		// live ones, or of a full system namespace (the error names the bound): told once a minute
+		// per principal, not per heartbeat of a fleet.
 		outcome = "refused"
 		principal := ""
 		if toks, terr := wire.SubjectTokens(msg.Subject, s.opts.Prefix, "heartbeat.v1", 2); terr == nil {
 			principal = toks[0]
 		}
 		if s.hbWarn.due(principal, time.Now()) {
-			s.opts.Logger.Warn("heartbeats of new workers refused: their principal is at its bound (raise [bounds] max_workers_per_principal or max_entries_per_namespace if it should not be)",
+			s.opts.Logger.Warn("heartbeats refused by a bound (err names it; for new workers of a principal at max_workers_per_principal, raise it in [bounds] if it should not be)",
 				"principal", principal, "err", err)
 		}
 	} else if err != nil {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -532,6 +533,7 @@ func (s *Server) respond(op wire.Op, req micro.Request, start time.Time, res wir
 		// echoed, so the reply carries 0, as the reply to a request that is not JSON does.
 		res.RequestID = 0
 	}
+	res.Error = cutMessage(res.Error)
 	// Entries are encoded without re-validating their documents, into a reused buffer: Respond copies
 	// the reply into the connection's buffer.
 	bp := encodeBuffers.Get().(*[]byte)
@@ -551,6 +553,28 @@ func (s *Server) respond(op wire.Op, req micro.Request, start time.Time, res wir
 		}
 		m.observeRequest(string(op), code, time.Since(start))
 	}
+}
+
+// maxErrorMessage bounds the message of an error reply, in bytes. A message may quote what a request
+// got wrong (an invalid key, watch id or backup id), and a request may be as large as the NATS server
+// takes: quoted, and escaped again for JSON (a '<' is sent as \u003c), such a message can be several
+// times the request's size, and a reply over max_payload is never sent, so a malformed request would
+// get no answer at all. The code says what is wrong; the message's first bytes say where.
+const maxErrorMessage = 1024
+
+// cutMessage returns e with its message cut to maxErrorMessage bytes (at a character's start), or e
+// itself when it is short enough. e is copied, not changed: errors may be shared.
+func cutMessage(e *wire.Error) *wire.Error {
+	if e == nil || len(e.Message) <= maxErrorMessage {
+		return e
+	}
+	n := maxErrorMessage
+	for n > 0 && !utf8.RuneStart(e.Message[n]) {
+		n--
+	}
+	c := *e
+	c.Message = e.Message[:n] + fmt.Sprintf("... (%d more bytes cut)", len(e.Message)-n)
+	return &c
 }
 
 // ReplyRefused is the code label of the requests the server did not serve because of their reply
