@@ -314,11 +314,15 @@ func (k *Cache) WaitForRevisionIn(ctx context.Context, epoch string, rev uint64)
 
 // confirmEpoch asks the store whether it is still in epoch, the cache's: nil if so, ErrEpochChanged
 // (and a resync of the cache) if not. A store that does not answer, or answers without an epoch (it
-// is not served), is asked again until ctx ends or the cache stops.
+// is not served), is asked again until ctx ends or the cache stops. Each try is bounded by the
+// client's request timeout even when ctx allows longer: a request whose reply was lost (a reconnect)
+// would otherwise hold the wait until ctx's deadline, and no retry would ever be sent.
 func (k *Cache) confirmEpoch(ctx context.Context, epoch string) error {
 	backoff := k.backoff0
 	for {
-		info, err := k.c.Info(ctx)
+		ictx, cancel := context.WithTimeout(ctx, k.c.timeout)
+		info, err := k.c.Info(ictx)
+		cancel()
 		switch {
 		case err == nil && info.Epoch == epoch:
 			return nil

@@ -48,15 +48,13 @@ type Client struct {
 	lastID    atomic.Int64
 
 	watchMu sync.Mutex
-	// watchReqs holds, per watch id with a watch request in flight or cut short and not yet answered,
-	// the request id of the latest: a cut-short request's registration is reaped only if no later
-	// request for the same id was sent (its unwatch could remove the later one's registration).
-	watchReqs map[string]int64
-	// reaping holds, per watch id whose cut-short registration is being unwatched, a channel closed
-	// once that unwatch is answered (or given up). A watch request for the id waits for it: sent
-	// meanwhile, it could register a watch (after an unwatch of the old one by its caller) that the
-	// reap's unwatch would then remove.
-	reaping map[string]chan struct{}
+	// watchBusy holds, per watch id with a watch request in flight, a channel closed once that request
+	// is done with: answered, or, when its caller gave up on it, answered late and the watch it
+	// registered then unwatched (or given up for good, without a reply). Watch requests of one id go
+	// one at a time: a request sent while an earlier one given up is unanswered could be answered
+	// WATCH_EXISTS because of the earlier one's registration, which nobody would then unwatch if its
+	// caller gave up too; and the earlier one's unwatch could remove the later one's watch.
+	watchBusy map[string]chan struct{}
 }
 
 // Connect dials NATS for principal the way the state server's permissions require: inbox prefix
@@ -124,6 +122,16 @@ func Finish[T any](ctx context.Context, c *Client, request func(context.Context)
 		var zero T
 		return zero, err
 	}
+	v, _, err := finish(ctx, c, request, late)
+	return v, err
+}
+
+// finish is Finish without its first look at ctx: it always sends the request, even when ctx has
+// ended, and reports whether it gave up on the reply (it then returns ctx.Err() and calls late with
+// the result). A caller that checked ctx itself before it prepared for the request (watchRequest)
+// uses it: the request it prepared for is then always sent, and its late always called when it gave
+// up.
+func finish[T any](ctx context.Context, c *Client, request func(context.Context) (T, error), late func(T, error)) (v T, gaveUp bool, err error) {
 	deadline := time.Now().Add(c.timeout)
 	if d, ok := ctx.Deadline(); ok && d.After(deadline) {
 		deadline = d
@@ -141,7 +149,7 @@ func Finish[T any](ctx context.Context, c *Client, request func(context.Context)
 	}()
 	select {
 	case a := <-done:
-		return a.v, a.err
+		return a.v, false, a.err
 	case <-ctx.Done():
 		go func() {
 			a := <-done
@@ -150,7 +158,7 @@ func Finish[T any](ctx context.Context, c *Client, request func(context.Context)
 			}
 		}()
 		var zero T
-		return zero, ctx.Err()
+		return zero, true, ctx.Err()
 	}
 }
 
@@ -322,66 +330,39 @@ func (c *Client) Ack(ctx context.Context, watchID string, seq uint64) error {
 	return nil
 }
 
-// startWatchRequest records request id as the latest watch request for watchID, once no reap of
-// watchID is in flight; it returns ctx's error if ctx ends first.
-func (c *Client) startWatchRequest(ctx context.Context, watchID string, id int64) error {
+// startWatchRequest waits until no watch request for watchID is in flight (see watchBusy), then
+// marks one as in flight, and returns the function that ends it; or returns ctx's error if ctx ends
+// first, with nothing marked. The request must then be sent whatever happens to ctx (finish, not
+// Finish), and release called once it is done with.
+func (c *Client) startWatchRequest(ctx context.Context, watchID string) (release func(), err error) {
 	for {
 		c.watchMu.Lock()
-		reaping := c.reaping[watchID]
-		if reaping == nil {
-			if c.watchReqs == nil {
-				c.watchReqs = map[string]int64{}
-			}
-			c.watchReqs[watchID] = id
+		if err := ctx.Err(); err != nil {
 			c.watchMu.Unlock()
-			return nil
+			return nil, err
+		}
+		busy := c.watchBusy[watchID]
+		if busy == nil {
+			done := make(chan struct{})
+			if c.watchBusy == nil {
+				c.watchBusy = map[string]chan struct{}{}
+			}
+			c.watchBusy[watchID] = done
+			c.watchMu.Unlock()
+			return func() {
+				c.watchMu.Lock()
+				delete(c.watchBusy, watchID)
+				c.watchMu.Unlock()
+				close(done)
+			}, nil
 		}
 		c.watchMu.Unlock()
 		select {
-		case <-reaping:
+		case <-busy:
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
-}
-
-// endWatchRequest forgets request id of watchID if it is still the latest.
-func (c *Client) endWatchRequest(watchID string, id int64) {
-	c.watchMu.Lock()
-	defer c.watchMu.Unlock()
-	if c.watchReqs[watchID] == id {
-		delete(c.watchReqs, watchID)
-	}
-}
-
-// lateWatchReply handles the reply of watch request id for watchID that came after its caller had
-// given up: if the request registered the watch and no later request for the id was sent meanwhile,
-// it unwatches the registration, holding back new watch requests of the id until that unwatch is
-// answered. The check and the hold are one step, so no request can slip in between.
-func (c *Client) lateWatchReply(watchID string, id int64, registered bool) {
-	c.watchMu.Lock()
-	if c.watchReqs[watchID] != id {
-		c.watchMu.Unlock()
-		return
-	}
-	delete(c.watchReqs, watchID)
-	if !registered {
-		c.watchMu.Unlock()
-		return
-	}
-	done := make(chan struct{})
-	if c.reaping == nil {
-		c.reaping = map[string]chan struct{}{}
-	}
-	c.reaping[watchID] = done
-	c.watchMu.Unlock()
-	defer func() {
-		c.watchMu.Lock()
-		delete(c.reaping, watchID)
-		c.watchMu.Unlock()
-		close(done)
-	}()
-	c.reap(watchID)
 }
 
 // reap unwatches a watch that a request cut short registered after its caller had given up on it.

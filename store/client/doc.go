@@ -18,12 +18,13 @@
 // the cache's, so a restore the cache has not seen yet is never mistaken for progress.
 //
 // A watch request given up (its context ended) may still register the watch on the server; the client
-// waits for its reply in the background and unwatches what it registered, unless a later request for
-// the same id was sent meanwhile (that caller owns the id: WATCH_EXISTS then means the earlier
-// registration still holds it; unwatch, then watch again, as a Cache does). A watch request for the
-// id waits while such an unwatch is in flight, so the unwatch never removes the newer watch. A
-// request that gets no reply at all, within the later of its context's deadline and the request
-// timeout, has an unknown outcome, as any request without a reply.
+// waits for its reply in the background and unwatches what it registered. Watch requests of one id go
+// one at a time: a request for an id waits (within its context) while an earlier request for it is
+// unanswered and, if that one was given up and registered the watch, until its unwatch is answered. So
+// a registration nobody waits for never holds the id against a later request, and its unwatch never
+// removes a later request's watch. A request that gets no reply at all, within the later of its
+// context's deadline and the request timeout, has an unknown outcome, as any request without a reply:
+// a later request may then find the id taken (WATCH_EXISTS; unwatch, then watch again, as a Cache does).
 //
 // The connection must use the principal's inbox prefix `_INBOX.<principal>` (the server's NATS
 // permissions allow no other); Connect sets it.

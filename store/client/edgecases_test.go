@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -197,5 +198,113 @@ func TestLateUnwatchLeavesANewWatchOfTheSameID(t *testing.T) {
 	}
 	if m := recv(t, w.Messages()); m.Kind != wire.UpdatePut || m.Revision != e.Revision {
 		t.Fatalf("new watch got %+v, want the PUT at %d", m, e.Revision)
+	}
+}
+
+// endsAfterFirstCheck is a context that is live when its Err is first asked and ends right after:
+// a context that ends between two of the client's checks of it.
+type endsAfterFirstCheck struct {
+	context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+func newEndsAfterFirstCheck(parent context.Context) *endsAfterFirstCheck {
+	ctx, cancel := context.WithCancel(parent)
+	return &endsAfterFirstCheck{Context: ctx, cancel: cancel}
+}
+
+func (c *endsAfterFirstCheck) Err() error {
+	err := c.Context.Err()
+	c.once.Do(c.cancel)
+	return err
+}
+
+// A watch request given up is reaped when its late reply says it registered the watch. A later
+// request for the same id, itself given up while the first is unanswered (on the wire, or with a
+// context that ends before it is sent), must not keep that from happening: sent meanwhile, it would
+// be answered WATCH_EXISTS because of the first one's registration, and nobody would unwatch it; the
+// watch would hold the id and one of the principal's watch slots, idle, for good.
+func TestAWatchRequestGivenUpIsReapedWhenTheNextIsGivenUpToo(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		second func(t *testing.T, secondSent <-chan struct{}) context.Context
+	}{
+		{"the next one ends on the wire or while it waits", func(t *testing.T, secondSent <-chan struct{}) context.Context {
+			// Bounded: a client that holds the request back while the first is unanswered gives up
+			// at the deadline without sending anything.
+			ctx, cancel := context.WithTimeout(ctxT(t), 200*time.Millisecond)
+			t.Cleanup(cancel)
+			go func() {
+				select {
+				case <-secondSent:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			return ctx
+		}},
+		{"the next one ends between the client's checks", func(t *testing.T, _ <-chan struct{}) context.Context {
+			return newEndsAfterFirstCheck(ctxT(t))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := startEnv(t)
+			const ns = "user/alice"
+			firstSent, registered, releaseFirst := make(chan struct{}), make(chan struct{}), make(chan struct{})
+			secondSent := make(chan struct{})
+			var r *relay
+			r = startRelay(t, env.URL, relayHooks{
+				before: func(op wire.Op, n int) bool {
+					switch {
+					case op == wire.OpWatch && n == 1:
+						close(firstSent) // on the wire: its caller gives up now
+					case op == wire.OpWatch && n == 2:
+						close(secondSent)
+					}
+					return true
+				},
+				after: func(op wire.Op, n int, _ []byte) bool {
+					if op == wire.OpWatch && n == 1 { // registered; its reply is held back
+						close(registered)
+						select {
+						case <-releaseFirst:
+						case <-r.stopped:
+						}
+					}
+					return true
+				},
+			})
+			c := newClient(t, env, alice.ID, WithPrefix(relayPrefix))
+			req := wire.WatchRequest{WatchID: "same", Namespace: ns}
+			first, cancel := context.WithCancel(ctxT(t))
+			defer cancel()
+			go func() {
+				<-firstSent
+				cancel()
+			}()
+			if _, err := c.Watch(first, req); !errors.Is(err, context.Canceled) {
+				t.Fatalf("first watch: %v, want context.Canceled", err)
+			}
+			select {
+			case <-registered:
+			case <-time.After(testTimeout):
+				t.Fatal("the first watch request was not answered")
+			}
+			if w, err := c.Watch(tc.second(t, secondSent), req); err == nil {
+				_ = w.Stop(ctxT(t))
+				t.Fatal("the second watch succeeded with a context that ended before any reply")
+			}
+			close(releaseFirst)
+			awaitNoWatches(t, env)
+			// And the id is free for the next caller.
+			w, err := c.Watch(ctxT(t), req)
+			if err != nil {
+				t.Fatalf("watch after both were given up: %v", err)
+			}
+			if err := w.Stop(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -73,26 +73,30 @@ func (c *Client) Watch(ctx context.Context, req wire.WatchRequest) (*Watch, erro
 // would then hold the id and one of the principal's watch slots until it closed the watch itself.
 // So the request runs on, in the background, until its reply comes (or the later of ctx's deadline
 // and the client's request timeout passes); a watch its reply says was registered is then unwatched.
-// An unwatch sent at once instead could reach the server before the watch it means.
+// An unwatch sent at once instead could reach the server before the watch it means. Until then, the
+// next watch request of the id waits (startWatchRequest).
 func (c *Client) watchRequest(ctx context.Context, req wire.WatchRequest) (*wire.WatchState, error) {
-	if err := ctx.Err(); err != nil {
-		// Nothing is sent (see Finish), and an earlier request cut short stays the latest for the
-		// id: its registration, if any, is still reaped.
-		return nil, fmt.Errorf("store/client: %s request on %s: %w", wire.OpWatch, c.requestSubject(wire.OpWatch), err)
-	}
 	req.RequestID = c.nextID()
-	if err := c.startWatchRequest(ctx, req.WatchID, req.RequestID); err != nil {
+	release, err := c.startWatchRequest(ctx, req.WatchID)
+	if err != nil {
+		// Nothing is sent.
 		return nil, fmt.Errorf("store/client: %s request on %s: %w", wire.OpWatch, c.requestSubject(wire.OpWatch), err)
 	}
-	res, err := Finish(ctx, c, func(rctx context.Context) (wire.Result, error) {
+	// Marked as in flight, it is sent even if ctx ends from here on, and then reaped like any request
+	// given up: Finish, which sends nothing once ctx has ended, would never call late, and the id
+	// would stay marked.
+	res, gaveUp, err := finish(ctx, c, func(rctx context.Context) (wire.Result, error) {
 		return c.call(rctx, wire.OpWatch, req.RequestID, &req)
 	}, func(_ wire.Result, err error) {
-		c.lateWatchReply(req.WatchID, req.RequestID, err == nil)
+		defer release()
+		if err == nil {
+			c.reap(req.WatchID)
+		}
 	})
-	if ctxErr := ctx.Err(); ctxErr != nil && err == ctxErr { // given up: Finish returns ctx.Err() itself
+	if gaveUp { // late releases the id
 		return nil, fmt.Errorf("store/client: %s request on %s: %w", wire.OpWatch, c.requestSubject(wire.OpWatch), err)
 	}
-	c.endWatchRequest(req.WatchID, req.RequestID)
+	release()
 	if err != nil {
 		return nil, err
 	}
