@@ -6,7 +6,8 @@
 //
 // It answers `<prefix>.caps.v1.get`, announces changes on `<prefix>.caps.v1.changed` and serves the
 // media commands on `<prefix>.media.v1.*.<command>` (SPEC.md section 12). Under stated's permissions
-// it must connect as a principal with `media = true`.
+// it must connect as a principal with `media = true`. Started before the NATS server is up, it waits
+// for it until stopped; credentials NATS refuses end it (exit 1), bad flags too (exit 2).
 package main
 
 import (
@@ -18,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +28,7 @@ import (
 
 	"github.com/keeppeek/coordination/capabilities"
 	"github.com/keeppeek/coordination/capabilities/sim"
+	"github.com/keeppeek/coordination/store/wire"
 )
 
 func main() {
@@ -48,7 +51,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	prefix := fs.String("prefix", capabilities.DefaultPrefix, "subject prefix")
 	sources := fs.String("sources", "front-door,back-yard", "comma-separated source ids")
 	readyDelay := fs.Duration("ready-delay", sim.DefaultReadyDelay, "how long a started publication stays PENDING (0: READY at once)")
-	failing := fs.String("fail", "", "comma-separated source/stream/variant whose publications turn FAILED")
+	failing := fs.String("fail", "", "comma-separated source/stream/variant whose publications turn FAILED (a source of --sources; stream video or audio)")
 	verbose := fs.Bool("v", false, "also log every generation")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -58,6 +61,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "mediasim: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	// Under stated the user is a principal (its inbox prefix _INBOX.<user> is a subject token); a
+	// password without a user would be dropped unsent and the refusal would not say why.
+	switch {
+	case *user != "" && !wire.ValidPrincipalID(*user):
+		fmt.Fprintf(stderr, "mediasim: --user %q is not a principal id ([a-z0-9][a-z0-9_-]{0,62})\n", *user)
+		return 2
+	case *user == "" && *password != "":
+		fmt.Fprintln(stderr, "mediasim: --password needs --user (the principal it belongs to)")
 		return 2
 	}
 	level := slog.LevelInfo
@@ -90,6 +103,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "mediasim: --fail %q: want source/stream/variant\n", ref)
 			return 2
 		}
+		// The source and stream must be the simulator's (its sources have the default streams): a
+		// typo would otherwise be taken and never fail anything. The variant is made by a start.
+		if !slices.ContainsFunc(opts.Sources, func(c sim.SourceConfig) bool { return c.SourceID == parts[0] }) {
+			fmt.Fprintf(stderr, "mediasim: --fail %q: no source %q in --sources\n", ref, parts[0])
+			return 2
+		}
+		if !slices.ContainsFunc(sim.DefaultStreams(), func(c sim.StreamConfig) bool { return c.StreamID == parts[1] }) {
+			fmt.Fprintf(stderr, "mediasim: --fail %q: no stream %q (the sources have %s)\n", ref, parts[1], streamIDs())
+			return 2
+		}
 		opts.Failing = append(opts.Failing, sim.VariantRef{SourceID: parts[0], StreamID: parts[1], VariantID: parts[2]})
 	}
 	// Bad flags are usage errors, found before connecting (the simulator checks its options at Start).
@@ -114,6 +137,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	defer nc.Close()
+	if ok, code := awaitConnection(ctx, nc, log); !ok {
+		return code
+	}
 
 	s := sim.New(nc, opts)
 	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -134,4 +160,41 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		log.Warn("flush", "error", err)
 	}
 	return 0
+}
+
+// awaitConnection waits, for as long as it takes, until nc has connected a first time: the start
+// that follows is bounded, and would give up on a NATS server that is not up yet. It returns false
+// with the exit code when ctx ends first (0: stopped as asked) or when NATS closed the connection for
+// good (1: it refused the credentials, say; the error is what NATS said).
+func awaitConnection(ctx context.Context, nc *nats.Conn, log *slog.Logger) (bool, int) {
+	status := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	defer nc.RemoveStatusListener(status)
+	for {
+		switch {
+		case nc.IsConnected():
+			return true, 0
+		case nc.IsClosed():
+			err := nc.LastError()
+			if err == nil {
+				err = nats.ErrConnectionClosed
+			}
+			log.Error("connect", "error", err)
+			return false, 1
+		}
+		select {
+		case <-ctx.Done():
+			log.Info("stopping before NATS was reached")
+			return false, 0
+		case <-status:
+		}
+	}
+}
+
+// streamIDs lists the streams of the simulator's sources.
+func streamIDs() string {
+	var ids []string
+	for _, c := range sim.DefaultStreams() {
+		ids = append(ids, c.StreamID)
+	}
+	return strings.Join(ids, ", ")
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -109,8 +110,124 @@ func TestMediasimFlags(t *testing.T) {
 	if c := run(context.Background(), []string{"extra"}, &out); c != 2 {
 		t.Errorf("extra argument: exit %d", c)
 	}
-	if c := run(context.Background(), []string{"--nats-url", "nats://127.0.0.1:1", "--sources", "a"}, &out); c != 1 {
-		t.Errorf("unreachable NATS: exit %d", c)
+}
+
+// logWatch is a log that tells each write: a test waits for a log line as an event.
+type logWatch struct {
+	syncBuffer
+	wrote chan struct{}
+}
+
+func newLogWatch() *logWatch { return &logWatch{wrote: make(chan struct{}, 1)} }
+
+func (l *logWatch) Write(p []byte) (int, error) {
+	n, err := l.syncBuffer.Write(p)
+	select {
+	case l.wrote <- struct{}{}:
+	default:
+	}
+	return n, err
+}
+
+// await waits until the log holds n lines with s, failing when code delivers first (the simulator
+// exited) or after d.
+func (l *logWatch) await(t *testing.T, s string, n int, code <-chan int, d time.Duration) {
+	t.Helper()
+	deadline := time.After(d)
+	for strings.Count(l.String(), s) < n {
+		select {
+		case <-l.wrote:
+		case c := <-code:
+			t.Fatalf("mediasim exited %d before %d lines with %q:\n%s", c, n, s, l.String())
+		case <-deadline:
+			t.Fatalf("no %d lines with %q within %v:\n%s", n, s, d, l.String())
+		}
+	}
+}
+
+// Started before the NATS server is up (before stated, as the README's commands may be), mediasim
+// waits for it for as long as it takes, as its doc says: it gave up after 10 s ("sim: flush: context
+// deadline exceeded", exit 1). Stopped while it waits, it exits 0.
+func TestMediasimWaitsForNATS(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there until the server starts below
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := newLogWatch()
+	code := make(chan int, 1)
+	go func() { code <- run(ctx, []string{"--nats-url", "nats://" + addr, "--sources", "front-door"}, logs) }()
+	// Six failed attempts, one each 2 s: longer than the 10 s it waited.
+	logs.await(t, "NATS not reachable", 6, code, 30*time.Second)
+	ns := natstest.Start(t, natsserver.Options{Listen: addr})
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	tr := capabilities.NewTracker(nc, capabilities.TrackerOptions{RefetchBackoff: 10 * time.Millisecond})
+	defer tr.Stop()
+	startCtx, startCancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer startCancel()
+	if err := tr.Start(startCtx); err != nil {
+		t.Fatalf("tracker: %v (logs: %s)", err, logs.String())
+	}
+	if err := tr.WaitFor(startCtx, func(c *capabilities.ServerCapabilities) bool { _, ok := c.Source("front-door"); return ok }); err != nil {
+		t.Fatalf("the simulator's capabilities never came: %v (logs: %s)", err, logs.String())
+	}
+	cancel()
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("exit %d after it was stopped:\n%s", c, logs.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("mediasim did not stop")
+	}
+
+	// Stopped while it still waits for NATS: exit 0, nothing failed.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	logs2 := newLogWatch()
+	code2 := make(chan int, 1)
+	go func() { code2 <- run(ctx2, []string{"--nats-url", "nats://127.0.0.1:1", "--sources", "a"}, logs2) }()
+	logs2.await(t, "NATS not reachable", 1, code2, 30*time.Second)
+	cancel2()
+	select {
+	case c := <-code2:
+		if c != 0 {
+			t.Fatalf("exit %d when stopped while waiting for NATS:\n%s", c, logs2.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("mediasim did not stop while waiting for NATS")
+	}
+}
+
+// NATS refusing the simulator's credentials ends the wait at once with what NATS said: it waited out
+// its 10 s and exited with "sim: flush: nats: connection closed".
+func TestMediasimRefusedCredentialsSayWhy(t *testing.T) {
+	ns := natstest.Start(t, natsserver.Options{Users: []natsserver.User{{Name: "media", Password: "m"}}})
+	logs := newLogWatch()
+	code := make(chan int, 1)
+	go func() {
+		code <- run(context.Background(), []string{"--nats-url", ns.ClientURL(), "--user", "media", "--password", "wrong"}, logs)
+	}()
+	select {
+	case c := <-code:
+		if c != 1 {
+			t.Fatalf("exit %d, want 1:\n%s", c, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("mediasim did not give up on refused credentials:\n%s", logs.String())
+	}
+	last := strings.TrimSpace(logs.String())
+	last = last[strings.LastIndexByte(last, '\n')+1:]
+	if !strings.Contains(strings.ToLower(last), "authorization violation") {
+		t.Fatalf("the last line does not say why: %s", last)
 	}
 }
 
@@ -165,10 +282,18 @@ func TestMediasimBadFlagsAreUsageErrors(t *testing.T) {
 		{"--sources", "a,a"},
 		{"--prefix", "kp.*"},
 		{"--fail", "a/b c/d"},
+		{"--password", "p"},                 // no --user: the password would be dropped, unsent
+		{"--user", "a*", "--password", "p"}, // not a principal id (nor a subject token)
+		{"--user", "Media", "--password", "p"},
+		{"--sources", "a", "--fail", "b/video/x"}, // a source the simulator does not have: never fails
+		{"--sources", "a", "--fail", "a/vidoe/x"}, // a stream it does not have
 	} {
+		// Bounded: flags taken for good would have it wait for NATS until stopped (exit 0).
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		var out syncBuffer
-		if c := run(context.Background(), append(args, "--nats-url", "nats://127.0.0.1:1"), &out); c != 2 {
+		if c := run(ctx, append(args, "--nats-url", "nats://127.0.0.1:1"), &out); c != 2 {
 			t.Errorf("%q: exit %d, want 2\n%s", args, c, out.String())
 		}
+		cancel()
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/keeppeek/coordination/internal/natsserver"
 	"github.com/keeppeek/coordination/internal/testenv"
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
@@ -84,5 +85,31 @@ func TestUsageErrors(t *testing.T) {
 		if code := run(context.Background(), append(args, "--nats-url", "nats://127.0.0.1:1"), &out, &errOut); code != 2 {
 			t.Errorf("coordinator %q: exit %d, want 2 (%s)", args, code, errOut.String())
 		}
+	}
+}
+
+// The usage (for -h and for a mistyped flag) never shows the password taken from KP_PASSWORD: it was
+// the --password flag's default, printed on a terminal or into a log. The password is still the one
+// KP_PASSWORD names when no --password is given.
+func TestUsageHidesThePassword(t *testing.T) {
+	const secret = "s3cret-from-the-environment"
+	t.Setenv("KP_PASSWORD", secret)
+	for _, args := range [][]string{{"-h"}, {"--no-such-flag", "fleet"}} {
+		var out, errOut bytes.Buffer
+		run(context.Background(), append(args, "--nats-url", "nats://127.0.0.1:1"), &out, &errOut)
+		if !strings.Contains(errOut.String(), "-password") {
+			t.Fatalf("coordinator %q printed no usage:\n%s", args, errOut.String())
+		}
+		if strings.Contains(out.String()+errOut.String(), secret) {
+			t.Fatalf("coordinator %q shows KP_PASSWORD:\n%s", args, errOut.String())
+		}
+	}
+
+	env := testenv.Start(t, testenv.Options{NATSUsers: []natsserver.User{{Name: "coordinator", Password: secret}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	if code := run(ctx, []string{"fleet", "--nats-url", env.URL, "--user", "coordinator"}, &out, &errOut); code != 0 {
+		t.Fatalf("fleet with the password of KP_PASSWORD: exit %d: %s", code, errOut.String())
 	}
 }

@@ -20,6 +20,9 @@ import (
 )
 
 func main() {
+	// First: a SIGTERM or Ctrl-C that comes while the worker still connects stops it as asked.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	conn := internal.ConnFlags("dev")
 	service := flag.String("service", "cv-a", "service id: the worker reads service/<id>")
 	workerID := flag.String("worker-id", fmt.Sprintf("cv-%d", os.Getpid()), "worker id")
@@ -42,8 +45,6 @@ func main() {
 		logger.Error("cvworker", "err", err)
 		os.Exit(1)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	if *health != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/healthz", w.Worker().HealthHandler())

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -182,4 +184,69 @@ func between(s, after, before string) string {
 	}
 	v, _, _ := strings.Cut(rest, before)
 	return v
+}
+
+// TestDemoInterruptedMidTour stops the tour with Ctrl-C (and SIGTERM) while the standby waits for
+// the lease: the demo says it was interrupted and exits 130, with everything stopped. It said "the
+// tour did not complete in time" and exited 1, as if it had failed on its own.
+func TestDemoInterruptedMidTour(t *testing.T) {
+	bin := e2e.Build(t, "./examples/demo", "demo")
+	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin)
+			pr, pw := io.Pipe()
+			cmd.Stdout, cmd.Stderr = pw, pw
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() {
+				err := cmd.Wait()
+				pw.Close()
+				exited <- err
+			}()
+			var mu sync.Mutex
+			var out strings.Builder
+			killed, read := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(read)
+				sc := bufio.NewScanner(pr)
+				seen := false
+				for sc.Scan() {
+					mu.Lock()
+					out.WriteString(sc.Text() + "\n")
+					mu.Unlock()
+					if !seen && strings.Contains(sc.Text(), "] KILLED ") {
+						seen = true
+						close(killed)
+					}
+				}
+			}()
+			text := func() string {
+				mu.Lock()
+				defer mu.Unlock()
+				return out.String()
+			}
+			select {
+			case <-killed:
+			case err := <-exited:
+				<-read
+				t.Fatalf("the demo exited (%v) before its kill:\n%s", err, text())
+			}
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			err := <-exited
+			<-read
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+				t.Fatalf("exit %v after %v, want 130:\n%s", err, sig, text())
+			}
+			if s := text(); !strings.Contains(s, "demo: interrupted") || strings.Contains(s, "in time") || strings.Contains(s, "failover complete") {
+				t.Fatalf("the demo's end after %v:\n%s", sig, s)
+			}
+		})
+	}
 }

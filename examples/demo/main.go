@@ -3,8 +3,8 @@
 // a coordinator, two transcoders, a viewer and a computer-vision worker; writes a publish intent and a
 // subscription intent; narrates each step with a timestamp, in the order the steps happen; then
 // kills the active transcoder and shows the standby taking over once the lease expires. It exits 0
-// when the standby's publication is READY. --keep leaves everything running for exploring with
-// statectl.
+// when the standby's publication is READY; Ctrl-C or SIGTERM before that stops everything and exits
+// 130. --keep leaves everything running for exploring with statectl (then Ctrl-C ends it, exit 0).
 package main
 
 import (
@@ -50,15 +50,27 @@ func main() {
 	flag.Parse()
 	if err := run(*keep, *verbose, *timeout); err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		if errors.Is(err, errInterrupted) {
+			os.Exit(130)
+		}
 		os.Exit(1)
 	}
 }
 
-func run(keep, verbose bool, timeout time.Duration) error {
+// errInterrupted is run's error when Ctrl-C or SIGTERM stopped the tour before its end: whatever
+// failed then failed because everything was being stopped, not on its own (a wait "not in time").
+var errInterrupted = errors.New("interrupted before the tour completed; everything stopped")
+
+func run(keep, verbose bool, timeout time.Duration) (err error) {
 	n := newNarrator(os.Stdout)
 	say := n.say
 	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
+	defer func() { // last: after everything stopped
+		if err != nil && sigCtx.Err() != nil {
+			err = errInterrupted
+		}
+	}()
 	ctx, cancel := context.WithTimeout(sigCtx, timeout)
 	defer cancel()
 	logOut := io.Discard
@@ -150,6 +162,9 @@ func run(keep, verbose bool, timeout time.Duration) error {
 			r.conn.Close()
 		}
 	}()
+	// Before the workers stop (defers run last first): what they report while stopping is not part
+	// of the tour, whether it ended or was interrupted.
+	defer n.hush()
 	for _, id := range []string{"tx-1", "tx-2"} {
 		nc, err := connect("demo-" + id)
 		if err != nil {

@@ -23,13 +23,23 @@ type Conn struct {
 // KP_USER, KP_PASSWORD; the user defaults to defUser).
 func ConnFlags(defUser string) Conn { return ConnFlagsOn(flag.CommandLine, defUser) }
 
-// ConnFlagsOn is ConnFlags on a flag set of the caller's.
+// ConnFlagsOn is ConnFlags on a flag set of the caller's. The password of KP_PASSWORD is not the
+// flag's default but read when Dial connects: a flag's default is printed in the usage (for -h and
+// for every mistyped flag), which would show the secret on a terminal or in a log.
 func ConnFlagsOn(fs *flag.FlagSet, defUser string) Conn {
 	return Conn{
 		URL:      fs.String("nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server"),
 		User:     fs.String("user", envOr("KP_USER", defUser), "principal"),
-		Password: fs.String("password", os.Getenv("KP_PASSWORD"), "password of the principal (none for the dev principal)"),
+		Password: fs.String("password", "", "password of the principal (default $KP_PASSWORD; none for the dev principal)"),
 	}
+}
+
+// password is --password, else KP_PASSWORD.
+func (c Conn) password() string {
+	if *c.Password != "" {
+		return *c.Password
+	}
+	return os.Getenv("KP_PASSWORD")
 }
 
 // ParseInterspersed parses args with fs and returns the positional arguments, letting flags come
@@ -57,8 +67,8 @@ func ParseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 // Dial connects as the principal with the inbox prefix its permissions allow.
 func (c Conn) Dial(name string, extra ...nats.Option) (*nats.Conn, error) {
 	opts := append([]nats.Option{nats.Name(name)}, extra...)
-	if *c.Password != "" {
-		opts = append(opts, nats.UserInfo(*c.User, *c.Password))
+	if pw := c.password(); pw != "" {
+		opts = append(opts, nats.UserInfo(*c.User, pw))
 	}
 	return client.Connect(*c.URL, *c.User, opts...)
 }

@@ -9,12 +9,17 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/keeppeek/coordination/examples/internal"
 	"github.com/keeppeek/coordination/examples/internal/view"
+	"github.com/keeppeek/coordination/store/wire"
 )
 
 func main() {
+	// First: a SIGTERM or Ctrl-C that comes while the viewer still connects stops it as asked.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	conn := internal.ConnFlags("dev")
 	source := flag.String("source", "front-door", "stable source id")
 	kind := flag.String("kind", "video", "media kind")
@@ -34,9 +39,10 @@ func main() {
 		logger.Error("viewer", "err", err)
 		os.Exit(1)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	key, err := v.Want(ctx, *source, *kind, *variant)
+	key, err := want(ctx, v, logger, *source, *kind, *variant)
+	if err != nil && ctx.Err() != nil {
+		return // stopped while waiting for stated: a stop as asked
+	}
 	if err != nil {
 		logger.Error("write the subscription intent", "err", err)
 		os.Exit(1)
@@ -45,5 +51,39 @@ func main() {
 	if err := v.Run(ctx); err != nil {
 		logger.Error("viewer", "err", err)
 		os.Exit(1)
+	}
+}
+
+// Backoff of the intent's write while stated is not reachable: the first retry waits wantBackoff,
+// each further one twice as long, up to maxWantBackoff.
+const (
+	wantBackoff    = 500 * time.Millisecond
+	maxWantBackoff = 5 * time.Second
+)
+
+// want writes the subscription intent, waiting for stated as the viewer waits for NATS (started
+// before stated, it must not give up after one request timeout): a write that got no answer, or
+// UNAVAILABLE, is sent again until ctx ends. The write replaces the whole document, so one that
+// committed unanswered and is sent again writes the same intent. Any other error (permission, schema)
+// is returned at once: retrying cannot mend it.
+func want(ctx context.Context, v *view.Viewer, logger *slog.Logger, source, kind, variant string) (string, error) {
+	backoff := wantBackoff
+	for {
+		key, err := v.Want(ctx, source, kind, variant)
+		if err == nil || ctx.Err() != nil {
+			return key, err
+		}
+		if code := wire.CodeOf(err); code != "" && code != wire.CodeUnavailable {
+			return key, err
+		}
+		logger.Warn("stated not reachable; retrying the subscription intent", "err", err, "in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return key, ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxWantBackoff)
 	}
 }

@@ -31,7 +31,8 @@ type Config struct {
 	Principal string // an admin principal (service namespaces are admin-written)
 	WorkerID  string
 	Service   string // default "cv-a"
-	LeaseTTL  time.Duration
+	// LeaseTTL is the TTL of the intents' leases, 1 s to 24 h (New refuses others). Default 5 s.
+	LeaseTTL time.Duration
 	// EventEvery is how often a simulated detection is emitted while subscribed. Default 1 s.
 	EventEvery time.Duration
 	Logger     *slog.Logger
@@ -97,6 +98,14 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if cfg.EventEvery == 0 {
 		cfg.EventEvery = time.Second
+	}
+	// Refused here, not at the first claim or subscription: a worker whose every claim fails would
+	// run "ready" and never act on an intent, and a ticker of a negative period panics.
+	switch {
+	case cfg.LeaseTTL < lease.MinTTL || cfg.LeaseTTL > lease.MaxTTL:
+		return nil, fmt.Errorf("cv: lease TTL %v is outside %v to %v", cfg.LeaseTTL, lease.MinTTL, lease.MaxTTL)
+	case cfg.EventEvery < 0:
+		return nil, fmt.Errorf("cv: negative EventEvery %v", cfg.EventEvery)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

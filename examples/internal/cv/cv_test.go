@@ -411,3 +411,18 @@ func TestCVEndsASubscriptionAnsweredTooLate(t *testing.T) {
 	waitFor(t, 10*time.Second, "every command answered", func() bool { return f.Sim.Pending() == 0 })
 	waitFor(t, 10*time.Second, "one subscription of cv left", func() bool { return len(cvSubs(f.Sim)) == 1 })
 }
+
+// A lease TTL the store cannot take, or a non-positive detection period, is refused by New: the TTL
+// was accepted (the worker ran "ready" while every claim failed, for ever), and a negative
+// EventEvery panicked the worker's goroutine at its first subscription.
+func TestNewRefusesOptionsThatCannotWork(t *testing.T) {
+	f := setup(t)
+	for _, c := range []struct {
+		ttl, every time.Duration
+	}{{500 * time.Millisecond, 0}, {-time.Second, 0}, {25 * time.Hour, 0}, {0, -time.Second}} {
+		_, err := cv.New(cv.Config{Conn: f.Connect(t, "cv"), Principal: "cv", WorkerID: "cv-opts", LeaseTTL: c.ttl, EventEvery: c.every})
+		if err == nil {
+			t.Errorf("LeaseTTL %v, EventEvery %v: New accepted them", c.ttl, c.every)
+		}
+	}
+}

@@ -37,7 +37,7 @@ type Config struct {
 	// WorkerID names this process; Service names the service namespace service/<Service>.
 	WorkerID string
 	Service  string
-	// LeaseTTL is the TTL of the per-output leases. Default 5 s.
+	// LeaseTTL is the TTL of the per-output leases, 1 s to 24 h (New refuses others). Default 5 s.
 	LeaseTTL time.Duration
 	// HeartbeatInterval of the worker. Default 1 s.
 	HeartbeatInterval time.Duration
@@ -100,6 +100,11 @@ type binding struct {
 func New(cfg Config) (*Transcoder, error) {
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 5 * time.Second
+	}
+	// Refused here, not at the first claim: a worker whose every claim fails would run "ready" and
+	// never act on an intent.
+	if cfg.LeaseTTL < lease.MinTTL || cfg.LeaseTTL > lease.MaxTTL {
+		return nil, fmt.Errorf("transcode: lease TTL %v is outside %v to %v", cfg.LeaseTTL, lease.MinTTL, lease.MaxTTL)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -619,3 +619,16 @@ func TestLongIdsStillGetALease(t *testing.T) {
 		t.Fatal("two outputs share a shortened lease key")
 	}
 }
+
+// A lease TTL the store cannot take (under 1 s, negative, over 24 h) is refused by New: it was
+// accepted, and the worker ran "ready" while every reconcile failed on its lease claim, retried for
+// ever, and the intents were never acted on.
+func TestNewRefusesALeaseTTLTheStoreCannotTake(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	for _, ttl := range []time.Duration{500 * time.Millisecond, -time.Second, 25 * time.Hour} {
+		_, err := transcode.New(transcode.Config{Conn: f.Connect(t, svc), Principal: svc, WorkerID: "tx-ttl", Service: svc, LeaseTTL: ttl})
+		if err == nil || !strings.Contains(err.Error(), "TTL") {
+			t.Errorf("LeaseTTL %v: New returned %v, want an error naming the TTL", ttl, err)
+		}
+	}
+}
