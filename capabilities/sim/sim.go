@@ -645,13 +645,16 @@ func (s *Sim) ready(id string) {
 	s.bumpLocked("variant " + string(v.State))
 }
 
-// handleGet answers caps.v1.get with the whole ServerCapabilities.
+// handleGet answers caps.v1.get with the whole ServerCapabilities. It counts as handling, so a Stop
+// that has returned has no answer of it left to send: a stopped server answers nothing.
 func (s *Sim) handleGet(m *nats.Msg) {
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
-		return // a stopped server answers nothing
+		return
 	}
+	s.handling.Add(1)
+	defer s.handling.Done()
 	data, err := json.Marshal(s.capabilitiesLocked())
 	s.mu.Unlock()
 	if err != nil {

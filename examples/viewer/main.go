@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -24,7 +25,7 @@ func main() {
 	source := flag.String("source", "front-door", "stable source id")
 	kind := flag.String("kind", "video", "media kind")
 	variant := flag.String("variant", "browser-h264-720p", "the variant to watch")
-	workerID := flag.String("worker-id", "viewer-1", "worker id")
+	workerID := flag.String("worker-id", fmt.Sprintf("viewer-%d", os.Getpid()), "worker id (two viewers of one principal need two)")
 	flag.Parse()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	nc, err := conn.Dial("viewer", internal.WaitForNATS(logger)...)

@@ -168,7 +168,9 @@ func (t *Transcoder) event(kind, intent, format string, args ...any) {
 }
 
 // leaseWatch re-enqueues every intent when a lease of the service is deleted or expires, so a standby
-// tries its create-only claim at once.
+// tries its create-only claim at once; and when its cache resyncs (a sequence gap, a reconnect, a
+// stated restart), since a lease that went in the gap reaches it as a snapshot without the key, not
+// as a delete or an expire.
 type leaseWatch struct {
 	t     *Transcoder
 	cache *client.Cache
@@ -184,6 +186,7 @@ func (lw *leaseWatch) Start(ctx context.Context) error {
 	c, err := lw.t.w.Client().NewCache(ctx, client.CacheOptions{Namespace: lw.t.ns, KeyPrefix: "leases/", WatchID: internal.WatchID("leases", lw.t.cfg.WorkerID), Handlers: client.Handlers{
 		OnDelete: func(string, uint64) { fire() },
 		OnExpire: func(string, uint64) { fire() },
+		OnResync: func([]wire.Entry, uint64) { fire() },
 	}})
 	lw.cache = c
 	return err
