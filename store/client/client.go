@@ -58,15 +58,20 @@ type Client struct {
 }
 
 // Connect dials NATS for principal the way the state server's permissions require: inbox prefix
-// `_INBOX.<principal>`, a connection name naming the principal, and reconnecting forever. opts come
-// after those defaults, so they may override the name or MaxReconnects, and carry the credentials
-// (nats.UserInfo(principal, password), an nkey, ...); the inbox prefix is always the principal's.
+// `_INBOX.<principal>`, a connection name naming the principal, and reconnecting forever. It also
+// turns off nats.go's reconnect buffer (nats.ReconnectBufSize(-1)): a request made while the
+// connection is down fails at once with UNAVAILABLE, nothing sent, instead of waiting in the buffer
+// and reaching the store when the connection comes back, perhaps minutes after its caller gave up
+// on it and others wrote the key since (a put without expected_revision would then overwrite a newer
+// value). opts come after those defaults, so they may override the name, MaxReconnects or the
+// buffer, and carry the credentials (nats.UserInfo(principal, password), an nkey, ...); the inbox
+// prefix is always the principal's.
 func Connect(url, principal string, opts ...nats.Option) (*nats.Conn, error) {
 	if !wire.ValidPrincipalID(principal) {
 		return nil, wire.Errorf(wire.CodeInvalidArgument, "invalid principal id %q", principal)
 	}
-	all := make([]nats.Option, 0, len(opts)+3)
-	all = append(all, nats.Name("keeppeek-"+principal), nats.MaxReconnects(-1))
+	all := make([]nats.Option, 0, len(opts)+4)
+	all = append(all, nats.Name("keeppeek-"+principal), nats.MaxReconnects(-1), nats.ReconnectBufSize(-1))
 	all = append(all, opts...)
 	all = append(all, nats.CustomInboxPrefix(wire.InboxPrefix(principal)))
 	nc, err := nats.Connect(url, all...)
@@ -193,6 +198,11 @@ func (c *Client) call(ctx context.Context, op wire.Op, id int64, req any) (wire.
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return wire.Result{}, wire.Errorf(wire.CodeUnavailable, "no state server answered on %s", subj)
+		}
+		if errors.Is(err, nats.ErrReconnectBufExceeded) {
+			// Refused by nats.go before sending: the connection is down and holds nothing back
+			// (Connect), so nothing reached the store.
+			return wire.Result{}, wire.Errorf(wire.CodeUnavailable, "not connected to NATS (reconnecting): %s request not sent", op)
 		}
 		return wire.Result{}, fmt.Errorf("store/client: %s request on %s: %w", op, subj, err)
 	}

@@ -27,5 +27,8 @@
 // a later request may then find the id taken (WATCH_EXISTS; unwatch, then watch again, as a Cache does).
 //
 // The connection must use the principal's inbox prefix `_INBOX.<principal>` (the server's NATS
-// permissions allow no other); Connect sets it.
+// permissions allow no other); Connect sets it. Connect also turns off nats.go's reconnect buffer, so a
+// request made while the connection is down fails at once with UNAVAILABLE and is never sent later,
+// when its caller has long given up on it (a connection of one's own keeps nats.go's default: such a
+// request waits in the buffer and may reach the store once the connection is back).
 package client
