@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"slices"
 	"sync"
@@ -26,6 +27,10 @@ const heartbeatLanes = 32
 // loses some first heartbeats; their next ones come an interval later.
 const heartbeatsWaiting = 1024
 
+// maxHeartbeatBytes bounds a heartbeat's body: four times max_document_bytes (a worker status is at
+// most one, its leases cut to fit), at least 64 KiB.
+func maxHeartbeatBytes(b wire.Bounds) int64 { return max(65536, 4*b.MaxDocumentBytes) }
+
 // serverPrincipal reads the system namespace on the server's own behalf.
 var serverPrincipal = policy.Principal{ID: "stated", Admin: true}
 
@@ -45,6 +50,11 @@ var serverPrincipal = policy.Principal{ID: "stated", Admin: true}
 func (s *Server) onHeartbeat(msg *nats.Msg) {
 	outcome := ""
 	toks, err := wire.SubjectTokens(msg.Subject, s.opts.Prefix, "heartbeat.v1", 2)
+	if limit := maxHeartbeatBytes(s.st.Bounds()); err == nil && int64(len(msg.Data)) > limit {
+		// A waiting heartbeat holds its body, and a principal may have heartbeatsWaiting of them
+		// waiting: one far larger than any worker status can be is dropped before it waits.
+		err = fmt.Errorf("the heartbeat is %d bytes, more than %d", len(msg.Data), limit)
+	}
 	if err == nil {
 		if _, ok := s.Principal(toks[0]); !ok {
 			// No lane keeps turns for a principal that is not configured (only a NATS without

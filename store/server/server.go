@@ -374,6 +374,16 @@ func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 				s.serve(op, req) // INVALID_ARGUMENT, without the engine
 				return
 			}
+			if len(req.Data()) > maxQueuedRequestBytes {
+				// Refused before it is queued: a queue holds its requests' bodies, and a principal
+				// may have ackQueueLimit of them waiting; an ack or unwatch is a few dozen bytes.
+				err := s.st.Serving() // SPEC section 5, check (0), comes first
+				if err == nil {
+					err = wire.Errorf(wire.CodeInvalidArgument, "a %s request is at most %d bytes; this one is %d", op, maxQueuedRequestBytes, len(req.Data()))
+				}
+				s.refuse(op, req, err)
+				return
+			}
 			if _, known := s.Principal(toks[0]); !known {
 				// Answered without the engine (INVALID_ARGUMENT or PERMISSION_DENIED), and no
 				// queue is kept for a principal that only a NATS without identities lets anyone
@@ -402,6 +412,11 @@ func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 		}
 	}
 }
+
+// maxQueuedRequestBytes bounds the body of an ack or unwatch request: one that waits in its
+// principal's queue holds its body there, so the bound keeps a principal's queue to a few MiB
+// (ackQueueLimit of them) rather than a GiB of padded requests of NATS's max_payload each.
+const maxQueuedRequestBytes = 4096
 
 // ackQueueLimit is how many acks and unwatches of one principal may wait to be handled: two for each
 // watch it may hold (max_watches_per_principal), at least 1,024. A client that waits for each answer
