@@ -17,6 +17,7 @@ import (
 // Conn is the connection flags of an example command.
 type Conn struct {
 	URL, User, Password *string
+	envUser             string // the user KP_PASSWORD belongs to: KP_USER, else the default user
 }
 
 // ConnFlags registers --nats-url, --user and --password on the command line (defaults from NATS_URL,
@@ -27,17 +28,24 @@ func ConnFlags(defUser string) Conn { return ConnFlagsOn(flag.CommandLine, defUs
 // flag's default but read when Dial connects: a flag's default is printed in the usage (for -h and
 // for every mistyped flag), which would show the secret on a terminal or in a log.
 func ConnFlagsOn(fs *flag.FlagSet, defUser string) Conn {
+	envUser := envOr("KP_USER", defUser)
 	return Conn{
 		URL:      fs.String("nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server"),
-		User:     fs.String("user", envOr("KP_USER", defUser), "principal"),
-		Password: fs.String("password", "", "password of the principal (default $KP_PASSWORD; none for the dev principal)"),
+		User:     fs.String("user", envUser, "principal"),
+		Password: fs.String("password", "", "password of the principal (default $KP_PASSWORD, for the user of $KP_USER only; none for the dev principal)"),
+		envUser:  envUser,
 	}
 }
 
-// password is --password, else KP_PASSWORD.
+// password is --password, else KP_PASSWORD when the user is the environment's: a --user naming
+// another principal never gets the environment user's secret (statectl, etcdctl and the nats CLI do
+// the same), so it is refused as that principal's own login would be, not sent under its name.
 func (c Conn) password() string {
 	if *c.Password != "" {
 		return *c.Password
+	}
+	if *c.User != c.envUser {
+		return ""
 	}
 	return os.Getenv("KP_PASSWORD")
 }
