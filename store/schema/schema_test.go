@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -455,15 +456,43 @@ func TestObservedStatusMessageBytes(t *testing.T) {
 	wantInvalid(t, r.Validate(ObservedStatusV1, ex.ns, msg(strings.Repeat("é", 128)+"a")), "257 bytes, at most 256")
 }
 
+// identifierInputs are strings on both sides of the identifier, key, worker id and principal id rules.
+var identifierInputs = []string{"", "a", "A", "0", ".", "..", "...", ".a", "a.", "a..b", "a b", "a/b", "a//b", "/a", "a/",
+	"a/./b", "a/../b", "a/.../b", "./a", "a/.", "a/..", "-", "_", "a-b_c.d", "é", "a\n", "a\x00", "UPPER",
+	"up-Per", "-lead", "_lead", "a+b", "a:b", "a=b", "1" + strings.Repeat("x", 62), strings.Repeat("x", 64),
+	strings.Repeat("x", 65), strings.Repeat("x", 128), strings.Repeat("x", 129), strings.Repeat("ab/", 85) + "a",
+	strings.Repeat("ab/", 85) + "ab", strings.Repeat("k", 256), strings.Repeat("k", 257), "a\n/b", "a/b\n",
+	"a/\u00e9", "..\n", ".\r", "\u212a", "\u017f", "a\u0000b", strings.Repeat("é", 64), strings.Repeat("x", 127) + "é",
+	strings.Repeat("a/", 128), strings.Repeat("a/", 127) + "a", strings.Repeat(".a/", 85) + "a", "tx-token", "sdp-relay"}
+
 // TestIdentifierRulesMatchWire cross-checks the schemas' identifier, key, worker id and principal id
 // rules with the wire package's.
 func TestIdentifierRulesMatchWire(t *testing.T) {
 	r := newRegistry(t)
-	inputs := []string{"", "a", "A", "0", ".", "..", "...", ".a", "a.", "a..b", "a b", "a/b", "a//b", "/a", "a/",
-		"a/./b", "a/../b", "a/.../b", "./a", "a/.", "a/..", "-", "_", "a-b_c.d", "é", "a\n", "a\x00", "UPPER",
-		"up-Per", "-lead", "_lead", "a+b", "a:b", "a=b", "1" + strings.Repeat("x", 62), strings.Repeat("x", 64),
-		strings.Repeat("x", 65), strings.Repeat("x", 128), strings.Repeat("x", 129), strings.Repeat("ab/", 85) + "a",
-		strings.Repeat("ab/", 85) + "ab", strings.Repeat("k", 256), strings.Repeat("k", 257)}
+	for _, s := range identifierInputs {
+		checkIdentifierRules(t, r, s)
+	}
+}
+
+// FuzzIdentifierRulesMatchWire is TestIdentifierRulesMatchWire for any string.
+func FuzzIdentifierRulesMatchWire(f *testing.F) {
+	r := newRegistry(f)
+	for _, s := range identifierInputs {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return // a JSON string holds none: the store refuses such a document before its schema
+		}
+		checkIdentifierRules(t, r, s)
+	})
+}
+
+// checkIdentifierRules checks that each rule of the schemas accepts s exactly when the wire package's
+// rule does. A service id is also a property name (of parameters), which the content guard judges
+// too: one with a forbidden word ("tx-token") is refused whatever its rule says.
+func checkIdentifierRules(t *testing.T, r *Registry, s string) {
+	t.Helper()
 	check := func(name string, valid bool, doc func(s string) (string, string, map[string]any), s string) {
 		t.Helper()
 		id, ns, d := doc(s)
@@ -483,26 +512,24 @@ func TestIdentifierRulesMatchWire(t *testing.T) {
 	status := examples()[ObservedStatusV1]
 	lease := examples()[LeaseV1]
 	worker := examples()[WorkerStatusV1]
-	for _, s := range inputs {
-		check("identifier", wire.ValidIdentifier(s), func(s string) (string, string, map[string]any) {
-			return MediaIntentV1, intent.ns, with(intent.doc, map[string]any{"variant_id": s})
-		}, s)
-		check("key", wire.ValidKey(s), func(s string) (string, string, map[string]any) {
-			return ObservedStatusV1, status.ns, with(status.doc, map[string]any{"subject_key": s})
-		}, s)
-		check("worker key", wire.ValidKey(s), func(s string) (string, string, map[string]any) {
-			return WorkerStatusV1, worker.ns, with(worker.doc, map[string]any{"leases": []any{s}})
-		}, s)
-		check("watch id", wire.ValidWatchID(s), func(s string) (string, string, map[string]any) {
-			return LeaseV1, lease.ns, with(lease.doc, map[string]any{"holder": s})
-		}, s)
-		check("principal id", wire.ValidPrincipalID(s), func(s string) (string, string, map[string]any) {
-			return WorkerStatusV1, worker.ns, with(worker.doc, map[string]any{"principal": s})
-		}, s)
-		check("service id", wire.ValidPrincipalID(s), func(s string) (string, string, map[string]any) {
-			return MediaIntentV1, intent.ns, with(intent.doc, map[string]any{"parameters": map[string]any{s: map[string]any{}}})
-		}, s)
-	}
+	check("identifier", wire.ValidIdentifier(s), func(s string) (string, string, map[string]any) {
+		return MediaIntentV1, intent.ns, with(intent.doc, map[string]any{"variant_id": s})
+	}, s)
+	check("key", wire.ValidKey(s), func(s string) (string, string, map[string]any) {
+		return ObservedStatusV1, status.ns, with(status.doc, map[string]any{"subject_key": s})
+	}, s)
+	check("worker key", wire.ValidKey(s), func(s string) (string, string, map[string]any) {
+		return WorkerStatusV1, worker.ns, with(worker.doc, map[string]any{"leases": []any{s}})
+	}, s)
+	check("watch id", wire.ValidWatchID(s), func(s string) (string, string, map[string]any) {
+		return LeaseV1, lease.ns, with(lease.doc, map[string]any{"holder": s})
+	}, s)
+	check("principal id", wire.ValidPrincipalID(s), func(s string) (string, string, map[string]any) {
+		return WorkerStatusV1, worker.ns, with(worker.doc, map[string]any{"principal": s})
+	}, s)
+	check("service id", wire.ValidPrincipalID(s) && !oracleBadName(s), func(s string) (string, string, map[string]any) {
+		return MediaIntentV1, intent.ns, with(intent.doc, map[string]any{"parameters": map[string]any{s: map[string]any{}}})
+	}, s)
 }
 
 func TestSchemaErrorsDoNotEchoValues(t *testing.T) {

@@ -194,9 +194,13 @@ func (d *decoder) mismatch(want string) error {
 }
 
 // raw reads one value and returns its bytes.
-func (d *decoder) raw() ([]byte, error) {
+func (d *decoder) raw() ([]byte, error) { return d.rawAt(0) }
+
+// rawAt is raw for a value nested in depth objects or arrays, which count against the scanner's
+// nesting bound as encoding/json counts them.
+func (d *decoder) rawAt(depth int) ([]byte, error) {
 	s := scanner{b: d.b, pos: d.pos}
-	if !s.value(0) {
+	if !s.value(depth) {
 		return nil, d.syntax()
 	}
 	v := d.b[d.pos:s.pos]
@@ -544,8 +548,9 @@ func decodePut(data []byte, r *PutRequest) error {
 			return d.string(&r.Schema)
 		case "document":
 			// Not copied: whoever takes the document keeps its own compact copy (ValidateCompact),
-			// and a second copy here would leave a kept document among freed ones of its size.
-			raw, err := d.raw()
+			// and a second copy here would leave a kept document among freed ones of its size. It
+			// is nested in the request, as encoding/json counts its depth.
+			raw, err := d.rawAt(1)
 			r.Document = raw
 			return err
 		case "expected_revision":
@@ -553,7 +558,7 @@ func decodePut(data []byte, r *PutRequest) error {
 		case "ttl_ms":
 			return d.int64Ptr(&r.TTLMs)
 		case "guard":
-			raw, err := d.raw()
+			raw, err := d.rawAt(1)
 			if err != nil {
 				return err
 			}

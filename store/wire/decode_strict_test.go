@@ -45,6 +45,10 @@ var strictSeeds = []string{
 	`{"guard":{"key":"g","key":"h","revision":2}}`, `{"guard":{"k\u0065y":"g","revision":2}}`, `{"guard":null}`,
 	`{"guard":{"key":"g","revision":2} }`, `{"guard":{"key":"g","revision":2,}}`, `{"document":{"a":1e1000000}}`,
 	`{"watch_id":"w","applied_sequence":1e0}`, `{"watch_id":"w","applied_sequence":9007199254740992}`,
+	// At encoding/json's nesting bound (10,000 containers, the request's own included) and one past it.
+	`{"document":` + strings.Repeat(`[`, 9999) + strings.Repeat(`]`, 9999) + `}`,
+	`{"document":` + strings.Repeat(`{"a":`, 9999) + `{}` + strings.Repeat(`}`, 9999) + `}`,
+	`{"guard":` + strings.Repeat(`[`, 10000) + strings.Repeat(`]`, 10000) + `}`,
 }
 
 func FuzzDecodeStrictMatchesJSON(f *testing.F) {

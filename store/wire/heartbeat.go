@@ -36,8 +36,10 @@ func (h *Heartbeat) Validate() error {
 	if !ValidPrincipalID(h.Service) {
 		return Errorf(CodeInvalidArgument, "invalid service %q", h.Service)
 	}
-	if h.Sequence < 0 || h.SentAtMs < 0 {
-		return Errorf(CodeInvalidArgument, "sequence and sent_at_ms must not be negative")
+	// Every integer of the contract is a JSON number from 0 to 2^53-1 (SPEC, preamble): a larger one
+	// is not what another client can read back exactly, so the heartbeat breaks a rule.
+	if h.Sequence < 0 || h.Sequence > MaxSafeInteger || h.SentAtMs < 0 || h.SentAtMs > MaxSafeInteger {
+		return Errorf(CodeInvalidArgument, "sequence and sent_at_ms must be between 0 and 2^53-1")
 	}
 	if h.IntervalMs != 0 && (h.IntervalMs < MinHeartbeatIntervalMs || h.IntervalMs > MaxHeartbeatIntervalMs) {
 		return Errorf(CodeInvalidArgument, "interval_ms %d is outside 100 to 60000", h.IntervalMs)

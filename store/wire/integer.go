@@ -10,9 +10,9 @@ import (
 // numbers, and the store's schemas (JSON Schema's "integer": a number whose fraction is zero) accept
 // 5.0, 5e0 and 1E2, which Go's decoder refuses for an integer field. A document the store took must
 // decode as the store took it. A number with a fraction (however small: the value is read exactly, not
-// as a float64, which would round 2^52 + 0.5 or 1 + 1e-19 to an integer), one beyond 2^53 (not exact in
-// JSON) and anything that is not a JSON number (a string, a boolean, an array, an object, null, or Go
-// syntax such as 0x1p4, 01 or 1.) are refused.
+// as a float64, which would round 2^52 + 0.5 or 1 + 1e-19 to an integer), one beyond 2^53-1 in
+// magnitude (not exact in JSON) and anything that is not a JSON number (a string, a boolean, an array,
+// an object, null, or Go syntax such as 0x1p4, 01 or 1.) are refused.
 func Integer(raw json.RawMessage) (int64, bool) {
 	s := string(raw)
 	if s == "" || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) {

@@ -20,7 +20,8 @@ type scanner struct {
 	compact bool
 }
 
-// maxScanDepth bounds nesting, as encoding/json bounds its own.
+// maxScanDepth bounds nesting as encoding/json bounds its own: at most this many objects and arrays
+// nested in one another (json.Valid refuses one more).
 const maxScanDepth = 10000
 
 func (s *scanner) space() {
@@ -35,11 +36,14 @@ func (s *scanner) space() {
 	}
 }
 
+// value reads one value whose containers, if it is one, are nested in depth others.
 func (s *scanner) value(depth int) bool {
-	if s.pos >= len(s.b) || depth > maxScanDepth {
+	if s.pos >= len(s.b) {
 		return false
 	}
 	switch c := s.b[s.pos]; {
+	case (c == '{' || c == '[') && depth >= maxScanDepth:
+		return false // one container too many, empty or not
 	case c == '{':
 		if s.open('}') {
 			return true

@@ -5,13 +5,15 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
 // FuzzScanJSON: scanJSON agrees with json.Valid, and "compact" means json.Compact changes nothing.
 func FuzzScanJSON(f *testing.F) {
 	for _, s := range []string{`{}`, `{"a":[1,2.5e-3,true,null,"x\u00e9\n"]}`, ` {"a" : 1} `, `{"a":1,}`, `[1,]`, `01`, `-`, `1e`,
-		`"\x"`, "\"\x01\"", `{"a":"\ud800"}`, "\"\xff\"", `{"a":{"b":[{}]}}`, `tru`, `nul`, `[`, `{"a" 1}`} {
+		`"\x"`, "\"\x01\"", `{"a":"\ud800"}`, "\"\xff\"", `{"a":{"b":[{}]}}`, `tru`, `nul`, `[`, `{"a" 1}`,
+		strings.Repeat(`{"a":`, 9999) + `[]` + strings.Repeat(`}`, 9999), strings.Repeat(`[`, 10001) + strings.Repeat(`]`, 10001)} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
