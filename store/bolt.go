@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -161,7 +162,8 @@ func openBoltOnce(path string, deadline time.Time, retention int, create bool) (
 			return nil, false, err
 		}
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait(deadline), FreelistType: bolt.FreelistMapType, NoFreelistSync: true})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait(deadline), FreelistType: bolt.FreelistMapType, NoFreelistSync: true,
+		InitialMmapSize: initialMmapSize})
 	if err != nil {
 		return nil, false, err
 	}
@@ -175,6 +177,41 @@ func openBoltOnce(path string, deadline time.Time, retention int, create bool) (
 	}
 	return b, os.SameFile(fi, now), nil
 }
+
+// initialMmapSize is how much of the database bbolt maps at open: address space only (the file grows
+// with its data, and only the pages read become resident). bbolt remaps the file as it grows past its
+// mapping, and a remap waits for every open read transaction, a Backup's included, which lasts as
+// long as its writer takes: a writer that stops reading would hold back every commit that grows the
+// file. A mapping of 1 GiB (16 times the default max_total_value_bytes) is never remapped while the
+// database stays under it. Where the address space is small (32 bits), or bbolt sizes the file to its
+// mapping (Windows), bbolt's own sizing is kept.
+var initialMmapSize = func() int {
+	if strconv.IntSize < 64 || runtime.GOOS == "windows" {
+		return 0
+	}
+	return 1 << 30
+}()
+
+// update runs fn in a write transaction. Under the mapping of initialMmapSize, bbolt would add its
+// whole AllocSize (16 MiB) to the file every time it grows, so that even an empty database took 16 MiB
+// of disk; so first the step is set to half the pages in use (from 32 KiB, at most 16 MiB): the file
+// is then at most about half as large again as what it holds (bbolt by itself, under a small mapping,
+// doubles it), then grows 16 MiB at a time.
+func (b *boltBackend) update(fn func(tx *bolt.Tx) error) error {
+	return b.db.Update(func(tx *bolt.Tx) error {
+		if initialMmapSize > 0 {
+			// Read by bbolt only when this transaction commits, on this goroutine.
+			tx.DB().AllocSize = min(max(int(tx.Size())/2, minGrowStep), maxGrowStep)
+		}
+		return fn(tx)
+	})
+}
+
+// minGrowStep and maxGrowStep bound how far the database file grows at a time (see update).
+const (
+	minGrowStep = 32 << 10
+	maxGrowStep = 16 << 20
+)
 
 // createBolt builds a new, empty database of the current format beside path and links it into place,
 // so a crash never leaves a half-made database behind, and a store creating it at the same time never
@@ -232,7 +269,7 @@ func seqKey(seq uint64) []byte {
 
 // initialize creates the layout in a new database that has no buckets at all.
 func (b *boltBackend) initialize(epoch string) error {
-	return b.db.Update(func(tx *bolt.Tx) error {
+	return b.update(func(tx *bolt.Tx) error {
 		empty := true
 		_ = tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
 		if !empty {
@@ -258,7 +295,7 @@ func (b *boltBackend) initialize(epoch string) error {
 
 // migrate brings an older format up to formatVersion.
 func (b *boltBackend) migrate() error {
-	return b.db.Update(func(tx *bolt.Tx) error {
+	return b.update(func(tx *bolt.Tx) error {
 		m := tx.Bucket(bucketMeta)
 		if m == nil {
 			return nil // load reports it
@@ -518,7 +555,7 @@ var errCommitUncertain = errors.New("the commit may have reached the database or
 
 func (b *boltBackend) commit(bt *batch) error {
 	var txid int
-	err := b.db.Update(func(tx *bolt.Tx) error {
+	err := b.update(func(tx *bolt.Tx) error {
 		txid = tx.ID()
 		return b.write(tx, bt)
 	})
@@ -677,7 +714,7 @@ func (b *boltBackend) scanAudit(fn func(auditCheckpoint, *auditRecord, []byte) e
 
 // setEpoch starts a new epoch (restore).
 func (b *boltBackend) setEpoch(epoch string) error {
-	return b.db.Update(func(tx *bolt.Tx) error {
+	return b.update(func(tx *bolt.Tx) error {
 		m := tx.Bucket(bucketMeta)
 		if m == nil {
 			return errors.New("meta bucket is missing")

@@ -359,7 +359,8 @@ func (st *stage) stagePut(m *mutation) (*wire.Entry, error) {
 		}
 		if m.capPrefix != "" {
 			if have := st.countPrefix(m.ns, m.capPrefix, m.capMax); have >= m.capMax {
-				return nil, wire.Errorf(wire.CodeQuotaExceeded, "%s holds %d entries under %s (%s)", m.ns, have, m.capPrefix, m.capBound)
+				// have stops at the bound (countPrefix counts no further): it is a lower bound.
+				return nil, wire.Errorf(wire.CodeQuotaExceeded, "%s holds at least %d live entries under %s (%s is %d)", m.ns, have, m.capPrefix, m.capBound, m.capMax)
 			}
 		}
 	} else {

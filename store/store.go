@@ -353,7 +353,10 @@ func (s *Store) shutdown(reason wire.CloseReason, msg string) error {
 }
 
 // Backup writes a consistent online snapshot of the whole database (one read transaction) to w. Only
-// an admin may take one.
+// an admin may take one. Commits go on while it writes: a writer that is slow, or stuck, holds back
+// none while the database is under 1 GiB (on 64-bit systems other than Windows; see initialMmapSize).
+// Once ctx ends, Backup makes no further write to w and returns ctx's error; a write already blocked
+// in w ends only when w lets it (and Close waits for it, as it waits for every read of the database).
 func (s *Store) Backup(ctx context.Context, p policy.Principal, w io.Writer) (int64, error) {
 	if err := s.serving(); err != nil {
 		return 0, err
@@ -364,8 +367,11 @@ func (s *Store) Backup(ctx context.Context, p policy.Principal, w io.Writer) (in
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	n, err := s.be.backup(w)
+	n, err := s.be.backup(ctxWriter{ctx: ctx, w: w})
 	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return n, cerr // given up: the backup is incomplete, as any caller whose context ended knows
+		}
 		if cerr := s.serving(); cerr != nil {
 			return n, cerr // closed before the read transaction began: UNAVAILABLE, as for any call
 		}
@@ -376,6 +382,20 @@ func (s *Store) Backup(ctx context.Context, p policy.Principal, w io.Writer) (in
 		return n, wire.Errorf(wire.CodeStorage, "backup: %v", err)
 	}
 	return n, nil
+}
+
+// ctxWriter is w that refuses every write once ctx has ended, so a backup whose caller gave up ends
+// its read transaction instead of writing the rest of the database.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
 }
 
 // VerifyAudit walks the audit chain and reports the first broken link.

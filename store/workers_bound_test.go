@@ -112,3 +112,42 @@ func containsAll(s string, parts ...string) bool {
 	}
 	return true
 }
+
+// A store opened with a lower max_workers_per_principal than its workers were admitted under serves
+// them all: each keeps its entry and its changes, none is dropped; a new worker of the principal is
+// refused until its live workers are fewer than the bound, and the refusal does not understate how
+// many it has.
+func TestWorkersPerPrincipalBoundLoweredAtOpen(t *testing.T) {
+	opts, clk := withClock(DefaultOptions())
+	opts.Bounds.MaxWorkersPerPrincipal = 5
+	s, path := openT(t, opts)
+	ctx := ctxT(t)
+	for i := range 5 {
+		if _, err := s.PutSystem(ctx, "alice", workerPut("alice", fmt.Sprintf("w%d", i))); err != nil {
+			t.Fatalf("worker %d: %v", i, err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	opts.Bounds.MaxWorkersPerPrincipal = 2
+	s = openAt(t, path, opts)
+	l, err := s.List(ctx, admin, wire.ListRequest{Namespace: "system", KeyPrefix: wire.WorkersPrefix("alice")})
+	if err != nil || len(l.Entries) != 5 {
+		t.Fatalf("after reopening under a lower bound: %d workers listed, %v", len(l.Entries), err)
+	}
+	for i := range 5 {
+		if _, err := s.PutSystem(ctx, "alice", workerPut("alice", fmt.Sprintf("w%d", i))); err != nil {
+			t.Fatalf("a change of worker %d, admitted before: %v", i, err)
+		}
+	}
+	_, err = s.PutSystem(ctx, "alice", workerPut("alice", "new"))
+	wantCode(t, err, wire.CodeQuotaExceeded)
+	if msg := err.Error(); !strings.Contains(msg, "at least 2 ") || strings.Contains(msg, " 2 entries") {
+		t.Fatalf("the refusal %q understates the 5 workers alice has", msg)
+	}
+	clk.advance(4 * time.Second) // w0 to w4 were rewritten with 3 s leases just now: all due
+	if _, err := s.PutSystem(ctx, "alice", workerPut("alice", "new")); err != nil {
+		t.Fatalf("a new worker once the others expired: %v", err)
+	}
+}
