@@ -105,6 +105,8 @@ func TestUsageHidesThePassword(t *testing.T) {
 		}
 	}
 
+	// KP_PASSWORD is KP_USER's: with both set, the command logs in as that user.
+	t.Setenv("KP_USER", "coordinator")
 	env := testenv.Start(t, testenv.Options{NATSUsers: []natsserver.User{{Name: "coordinator", Password: secret}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
