@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -58,23 +59,8 @@ func TestWorkerStoppedWhileStartingIsNeverReady(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return")
 	}
-	var statuses []string
-	for {
-		m, err := beats.NextMsg(5 * time.Second)
-		if err != nil {
-			t.Fatalf("heartbeats %q, then none: %v (want the last to say stopping)", statuses, err)
-		}
-		var hb wire.Heartbeat
-		if err := json.Unmarshal(m.Data, &hb); err != nil {
-			t.Fatal(err)
-		}
-		statuses = append(statuses, hb.Status)
-		if hb.Status == wire.StatusReady {
-			t.Fatalf("heartbeats %q: a worker stopped while starting announced ready", statuses)
-		}
-		if hb.Status == wire.StatusStopping {
-			break
-		}
+	if statuses := statusesUntilStopping(t, beats); slices.Contains(statuses, wire.StatusReady) {
+		t.Fatalf("heartbeats %q: a worker stopped while starting announced ready", statuses)
 	}
 	if len(goroutineRan) != 0 {
 		t.Fatal("an owned goroutine was started after the worker was told to stop")

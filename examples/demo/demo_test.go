@@ -75,18 +75,7 @@ func TestDemoKeepRunsUntilInterrupted(t *testing.T) {
 	bin := e2e.Build(t, "./examples/demo", "demo")
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--keep")
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() {
-		err := cmd.Wait()
-		pw.Close()
-		exited <- err
-	}()
+	cmd, pr, exited := startDemo(t, ctx, bin, "--keep")
 	ended := false // set once exited was read
 	defer func() {
 		if !ended {
@@ -195,18 +184,7 @@ func TestDemoInterruptedMidTour(t *testing.T) {
 		t.Run(sig.String(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, bin)
-			pr, pw := io.Pipe()
-			cmd.Stdout, cmd.Stderr = pw, pw
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan error, 1)
-			go func() {
-				err := cmd.Wait()
-				pw.Close()
-				exited <- err
-			}()
+			cmd, pr, exited := startDemo(t, ctx, bin)
 			var mu sync.Mutex
 			var out strings.Builder
 			killed, read := make(chan struct{}), make(chan struct{})
@@ -249,4 +227,23 @@ func TestDemoInterruptedMidTour(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startDemo starts the demo binary with args; it returns the command, its output (stdout and stderr
+// together, ending when it exits) and a channel that receives Wait's error once it has exited.
+func startDemo(t *testing.T, ctx context.Context, bin string, args ...string) (*exec.Cmd, io.Reader, <-chan error) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() {
+		err := cmd.Wait()
+		pw.Close()
+		exited <- err
+	}()
+	return cmd, pr, exited
 }
