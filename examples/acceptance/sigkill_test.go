@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -78,51 +80,13 @@ func startTranscoderProcess(tb testing.TB, e *env, workerID, service string, ttl
 // observed from outside, as an operator would: an admin watch of the service namespace and of the
 // workers' heartbeat entries, and the media server's own record.
 func failoverSIGKILL(t *testing.T, e *env) {
-	const service, source, variant, ttl = "fk-tx", "fk-door", "fk-720p", 2 * time.Second
-	ns := "service/" + service
+	const source, variant, ttl = "fk-door", "fk-720p", 2 * time.Second
 	ctx := bounded(t)
-	key := intentKey(source, variant)
-	leaseKey := transcode.LeaseKey(reconciler.MediaIntent{SourceID: source, MediaKind: coordinator.MediaKindVideo, VariantID: variant})
-	statusKey := statusKeyOf(key)
-	state := followAcked(t, e.admin, "fk-state", ns, "")
-	workers := followAcked(t, e.admin, "fk-workers", "system", "workers/transcoder-a/fk-")
-	procs := map[string]*process{}
-	for _, id := range []string{"fk-1", "fk-2"} {
-		procs[id] = startTranscoderProcess(t, e, id, service, ttl)
-	}
-	logs := func() string {
-		return "\n--- fk-1:\n" + procs["fk-1"].out.String() + "\n--- fk-2:\n" + procs["fk-2"].out.String()
-	}
-	// Both are up (their first heartbeats are in) before the intent: both can compete for it.
-	for id := range procs {
-		workers.waitFor(t, 0, id+"'s first heartbeat", func(m wire.WatchMessage) bool {
-			return m.Kind == wire.UpdatePut && m.Key == wire.WorkerKey("transcoder-a", id)
-		})
-	}
-	intent, err := e.coord.PutIntent(ctx, ns, key, publishIntent(source, variant, coordinator.RecordingDisabled))
-	if err != nil {
-		t.Fatal(err)
-	}
-	activeBy := func(holder string) func(wire.WatchMessage) bool {
-		return func(m wire.WatchMessage) bool {
-			if m.Kind != wire.UpdatePut || m.Key != statusKey {
-				return false
-			}
-			var st reconciler.ObservedStatus
-			return json.Unmarshal(m.Entry.Document, &st) == nil && st.State == reconciler.StateActive && (holder == "" || st.Holder == holder)
-		}
-	}
-	active, _ := state.waitFor(t, 0, "a transcoder's active status", activeBy(""))
+	f := startFailover(t, e, "fk", source, variant, ttl)
+	ns, key, leaseKey, statusKey, state, workers, procs, logs, activeBy := f.ns, f.key, f.leaseKey, f.statusKey, f.state, f.workers, f.procs, f.logs, f.activeBy
+	intent, holder, standby, oldPublication := f.intent, f.holder, f.standby, f.oldPublication
 	var st reconciler.ObservedStatus
-	_ = json.Unmarshal(active.V.Entry.Document, &st)
-	holder, oldPublication := st.Holder, st.PublicationID
-	standby := "fk-1"
-	if holder == standby {
-		standby = "fk-2"
-	}
-	if _, ok := procs[holder]; !ok {
-		t.Fatalf("active status held by %q", holder)
-	}
+	var err error
 
 	// Before the kill exactly one worker acted: one holder of the lease, every status its own, one
 	// start_publication on the media server, one live publication.
@@ -238,46 +202,12 @@ func failoverSIGKILL(t *testing.T, e *env) {
 // act on what it believed before the stall: no media command that changes anything, no write that
 // commits, and it must come to stand by, while the standby's publication stays the only one.
 func failoverSIGSTOP(t *testing.T, e *env) {
-	const service, source, variant, ttl = "fs-tx", "fs-door", "fs-720p", 2 * time.Second
-	ns := "service/" + service
+	const source, variant, ttl = "fs-door", "fs-720p", 2 * time.Second
 	ctx := bounded(t)
-	key := intentKey(source, variant)
-	leaseKey := transcode.LeaseKey(reconciler.MediaIntent{SourceID: source, MediaKind: coordinator.MediaKindVideo, VariantID: variant})
-	statusKey := statusKeyOf(key)
-	state := followAcked(t, e.admin, "fs-state", ns, "")
-	workers := followAcked(t, e.admin, "fs-workers", "system", "workers/transcoder-a/fs-")
-	procs := map[string]*process{}
-	for _, id := range []string{"fs-1", "fs-2"} {
-		procs[id] = startTranscoderProcess(t, e, id, service, ttl)
-	}
-	logs := func() string {
-		return "\n--- fs-1:\n" + procs["fs-1"].out.String() + "\n--- fs-2:\n" + procs["fs-2"].out.String()
-	}
-	for id := range procs {
-		workers.waitFor(t, 0, id+"'s first heartbeat", func(m wire.WatchMessage) bool {
-			return m.Kind == wire.UpdatePut && m.Key == wire.WorkerKey("transcoder-a", id)
-		})
-	}
-	if _, err := e.coord.PutIntent(ctx, ns, key, publishIntent(source, variant, coordinator.RecordingDisabled)); err != nil {
-		t.Fatal(err)
-	}
-	activeBy := func(holder string) func(wire.WatchMessage) bool {
-		return func(m wire.WatchMessage) bool {
-			if m.Kind != wire.UpdatePut || m.Key != statusKey {
-				return false
-			}
-			var st reconciler.ObservedStatus
-			return json.Unmarshal(m.Entry.Document, &st) == nil && st.State == reconciler.StateActive && (holder == "" || st.Holder == holder)
-		}
-	}
-	active, _ := state.waitFor(t, 0, "a transcoder's active status", activeBy(""))
+	f := startFailover(t, e, "fs", source, variant, ttl)
+	ns, leaseKey, statusKey, state, workers, procs, logs, activeBy := f.ns, f.leaseKey, f.statusKey, f.state, f.workers, f.procs, f.logs, f.activeBy
+	holder, standby, oldPublication := f.holder, f.standby, f.oldPublication
 	var st reconciler.ObservedStatus
-	_ = json.Unmarshal(active.V.Entry.Document, &st)
-	holder, oldPublication := st.Holder, st.PublicationID
-	standby := "fs-1"
-	if holder == standby {
-		standby = "fs-2"
-	}
 	stalled := procs[holder].cmd.Process
 	if err := stalled.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -349,4 +279,73 @@ func failoverSIGSTOP(t *testing.T, e *env) {
 	if s, _ := status(t, e.admin, ns, statusKey); s.Holder != standby || s.State != reconciler.StateActive || s.PublicationID != newPublication {
 		t.Fatalf("status after the old holder woke: %+v, want the standby's", s)
 	}
+}
+
+// processFailover is what both process failovers set up: two examples/transcoder commands, <p>-1 and <p>-2
+// of service <p>-tx, competing for one publish intent, followed from outside through admin watches of
+// the service namespace (state) and of their heartbeat entries (workers), until one of them (holder)
+// publishes while the other (standby) waits.
+type processFailover struct {
+	ns, key, leaseKey, statusKey    string
+	state, workers                  *recorder[wire.WatchMessage]
+	procs                           map[string]*process
+	intent                          wire.Entry
+	holder, standby, oldPublication string
+}
+
+// startFailover starts both transcoders, waits for their first heartbeats (both can then compete),
+// writes the intent and waits for the first active status.
+func startFailover(t *testing.T, e *env, p, source, variant string, ttl time.Duration) *processFailover {
+	t.Helper()
+	service := p + "-tx"
+	f := &processFailover{ns: "service/" + service, key: intentKey(source, variant), procs: map[string]*process{}}
+	f.leaseKey = transcode.LeaseKey(reconciler.MediaIntent{SourceID: source, MediaKind: coordinator.MediaKindVideo, VariantID: variant})
+	f.statusKey = statusKeyOf(f.key)
+	f.state = followAcked(t, e.admin, p+"-state", f.ns, "")
+	f.workers = followAcked(t, e.admin, p+"-workers", "system", "workers/transcoder-a/"+p+"-")
+	ids := []string{p + "-1", p + "-2"}
+	for _, id := range ids {
+		f.procs[id] = startTranscoderProcess(t, e, id, service, ttl)
+	}
+	for _, id := range ids {
+		f.workers.waitFor(t, 0, id+"'s first heartbeat", func(m wire.WatchMessage) bool {
+			return m.Kind == wire.UpdatePut && m.Key == wire.WorkerKey("transcoder-a", id)
+		})
+	}
+	var err error
+	if f.intent, err = e.coord.PutIntent(bounded(t), f.ns, f.key, publishIntent(source, variant, coordinator.RecordingDisabled)); err != nil {
+		t.Fatal(err)
+	}
+	active, _ := f.state.waitFor(t, 0, "a transcoder's active status", f.activeBy(""))
+	var st reconciler.ObservedStatus
+	_ = json.Unmarshal(active.V.Entry.Document, &st)
+	f.holder, f.oldPublication = st.Holder, st.PublicationID
+	if _, ok := f.procs[f.holder]; !ok {
+		t.Fatalf("active status held by %q", f.holder)
+	}
+	f.standby = ids[0]
+	if f.holder == f.standby {
+		f.standby = ids[1]
+	}
+	return f
+}
+
+// activeBy matches an active status of the intent written by holder (any holder when empty).
+func (f *processFailover) activeBy(holder string) func(wire.WatchMessage) bool {
+	return func(m wire.WatchMessage) bool {
+		if m.Kind != wire.UpdatePut || m.Key != f.statusKey {
+			return false
+		}
+		var st reconciler.ObservedStatus
+		return json.Unmarshal(m.Entry.Document, &st) == nil && st.State == reconciler.StateActive && (holder == "" || st.Holder == holder)
+	}
+}
+
+// logs is both transcoders' output, for a failure message.
+func (f *processFailover) logs() string {
+	var b strings.Builder
+	for _, id := range slices.Sorted(maps.Keys(f.procs)) {
+		b.WriteString("\n--- " + id + ":\n" + f.procs[id].out.String())
+	}
+	return b.String()
 }
