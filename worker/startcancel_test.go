@@ -28,14 +28,7 @@ func (startUntilCancelled) Stop() {}
 // that was never serving report itself ready, and its owned goroutines would start after the stop.
 func TestWorkerStoppedWhileStartingIsNeverReady(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{})
-	nc := env.Connect(t, "alice")
-	beats, err := nc.SubscribeSync(wire.HeartbeatSubject(wire.DefaultPrefix, "alice", "tx-11"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	beats := heartbeats(t, env, "alice", "tx-11")
 	w, err := worker.New(worker.Options{Conn: env.Connect(t, "alice"), Principal: "alice", WorkerID: "tx-11",
 		HeartbeatInterval: 100 * time.Millisecond})
 	if err != nil {
@@ -72,14 +65,7 @@ func TestWorkerStoppedWhileStartingIsNeverReady(t *testing.T) {
 // its predecessor ended with.
 func TestWorkerRunAgainStartsAsStarting(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{})
-	nc := env.Connect(t, "alice")
-	beats, err := nc.SubscribeSync(wire.HeartbeatSubject(wire.DefaultPrefix, "alice", "tx-12"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	beats := heartbeats(t, env, "alice", "tx-12")
 	w, err := worker.New(worker.Options{Conn: env.Connect(t, "alice"), Principal: "alice", WorkerID: "tx-12",
 		HeartbeatInterval: 100 * time.Millisecond})
 	if err != nil {

@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -45,42 +44,6 @@ func (s ctxStart) Start(ctx context.Context) error {
 	return ctx.Err()
 }
 func (ctxStart) Stop() {}
-
-// heartbeats subscribes to the heartbeats of principal's workerID.
-func heartbeats(t *testing.T, env *testenv.Env, principal, workerID string) *nats.Subscription {
-	t.Helper()
-	nc := env.Connect(t, principal)
-	sub, err := nc.SubscribeSync(wire.HeartbeatSubject(wire.DefaultPrefix, principal, workerID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	return sub
-}
-
-// statusesUntilStopping returns the statuses of the heartbeats on sub up to the first "stopping".
-func statusesUntilStopping(t *testing.T, sub *nats.Subscription) []string {
-	t.Helper()
-	var statuses []string
-	for {
-		m, err := sub.NextMsg(5 * time.Second)
-		if err != nil {
-			t.Fatalf("heartbeats %q, then none: %v (want the last to say stopping)", statuses, err)
-		}
-		var hb wire.Heartbeat
-		if err := json.Unmarshal(m.Data, &hb); err != nil {
-			t.Fatal(err)
-		}
-		if len(statuses) == 0 || statuses[len(statuses)-1] != hb.Status {
-			statuses = append(statuses, hb.Status)
-		}
-		if hb.Status == wire.StatusStopping {
-			return statuses
-		}
-	}
-}
 
 // A component whose Start fails stops the worker: the components started before it are stopped
 // within StopTimeout, as in every other stop (a Stop stuck on a Reconcile must not hold Run for ever),

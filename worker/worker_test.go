@@ -15,6 +15,7 @@ import (
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
 	"github.com/keeppeek/coordination/worker"
+	"github.com/nats-io/nats.go"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -180,14 +181,7 @@ func (blockedStart) Stop() {}
 // entry does not expire while the process is alive; then it says "ready".
 func TestWorkerHeartbeatsWhileComponentsStart(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{})
-	nc := env.Connect(t, "alice")
-	beats, err := nc.SubscribeSync(wire.HeartbeatSubject(wire.DefaultPrefix, "alice", "tx-3"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	beats := heartbeats(t, env, "alice", "tx-3")
 	w, err := worker.New(worker.Options{Conn: env.Connect(t, "alice"), Principal: "alice", WorkerID: "tx-3", HeartbeatInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -219,6 +213,42 @@ func TestWorkerHeartbeatsWhileComponentsStart(t *testing.T) {
 	for hb := next(); hb.Status != wire.StatusReady; hb = next() {
 		if hb.Status != wire.StatusStarting {
 			t.Fatalf("after the start: %+v", hb)
+		}
+	}
+}
+
+// heartbeats subscribes to the heartbeats of principal's workerID.
+func heartbeats(t *testing.T, env *testenv.Env, principal, workerID string) *nats.Subscription {
+	t.Helper()
+	nc := env.Connect(t, principal)
+	sub, err := nc.SubscribeSync(wire.HeartbeatSubject(wire.DefaultPrefix, principal, workerID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+// statusesUntilStopping returns the statuses of the heartbeats on sub up to the first "stopping".
+func statusesUntilStopping(t *testing.T, sub *nats.Subscription) []string {
+	t.Helper()
+	var statuses []string
+	for {
+		m, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("heartbeats %q, then none: %v (want the last to say stopping)", statuses, err)
+		}
+		var hb wire.Heartbeat
+		if err := json.Unmarshal(m.Data, &hb); err != nil {
+			t.Fatal(err)
+		}
+		if len(statuses) == 0 || statuses[len(statuses)-1] != hb.Status {
+			statuses = append(statuses, hb.Status)
+		}
+		if hb.Status == wire.StatusStopping {
+			return statuses
 		}
 	}
 }
