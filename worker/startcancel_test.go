@@ -39,13 +39,7 @@ func TestWorkerStoppedWhileStartingIsNeverReady(t *testing.T) {
 	goroutineRan := make(chan struct{}, 1)
 	w.Go("job", func(context.Context) error { goroutineRan <- struct{}{}; return nil })
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	select {
-	case <-comp.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the component's Start was not called")
-	}
+	done := runUntilStarting(t, ctx, w, comp.entered)
 	cancel()
 	select {
 	case <-done:

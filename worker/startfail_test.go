@@ -97,13 +97,7 @@ func TestWorkerStoppedWhileStartingReturnsNil(t *testing.T) {
 	w.Add(comp)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	select {
-	case <-comp.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the component's Start was not called")
-	}
+	done := runUntilStarting(t, ctx, w, comp.entered)
 	cancel()
 	select {
 	case err := <-done:
@@ -130,13 +124,7 @@ func TestWorkerConnectionClosedWhileStarting(t *testing.T) {
 	w.Add(comp)
 	ctx, cancel := context.WithCancel(context.Background()) // no deadline, as a process's
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	select {
-	case <-comp.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the component's Start was not called")
-	}
+	done := runUntilStarting(t, ctx, w, comp.entered)
 	nc.Close()
 	select {
 	case err := <-done:

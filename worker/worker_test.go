@@ -252,3 +252,17 @@ func statusesUntilStopping(t *testing.T, sub *nats.Subscription) []string {
 		}
 	}
 }
+
+// runUntilStarting runs w in the background and waits until entered is closed (a component's Start
+// was called); it returns the channel that gets Run's result.
+func runUntilStarting(t *testing.T, ctx context.Context, w *worker.Worker, entered <-chan struct{}) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the component's Start was not called")
+	}
+	return done
+}
