@@ -114,6 +114,23 @@ func restore(t *testing.T, s *e2e.Stated, backup string) {
 	s.Start()
 }
 
+// writtenPastABackup starts stated on a NATS server of its own, writes items/a, takes an offline
+// backup, then writes n more items (b0, b1, ...): restoring the backup brings service/tx back below
+// revisions a client has seen. It returns stated, the NATS URL, the writer's client, the backup and
+// the last entry written.
+func writtenPastABackup(t *testing.T, ctx context.Context, n int) (*e2e.Stated, string, *Client, string, wire.Entry) {
+	t.Helper()
+	s, url := externalStated(t)
+	writer := devClient(t, url)
+	putItem(t, ctx, writer, "a")
+	backup := offlineBackup(t, s)
+	var last wire.Entry
+	for i := range n {
+		last = putItem(t, ctx, writer, fmt.Sprint("b", i))
+	}
+	return s, url, writer, backup, last
+}
+
 // matchesStore fails unless the cache holds exactly what the store lists under its prefix.
 func matchesStore(t *testing.T, ctx context.Context, k *Cache, c *Client) {
 	t.Helper()
@@ -137,14 +154,8 @@ func matchesStore(t *testing.T, ctx context.Context, k *Cache, c *Client) {
 // epoch (a writer of the new epoch would compare its revision with the cache's and wait for the
 // wrong thing, or not at all).
 func TestE2ECacheLabelsItsSnapshotWithItsOwnEpoch(t *testing.T) {
-	s, url := externalStated(t)
 	ctx := ctxT(t)
-	writer := devClient(t, url)
-	putItem(t, ctx, writer, "a")
-	backup := offlineBackup(t, s)
-	for i := range 5 {
-		putItem(t, ctx, writer, fmt.Sprint("b", i))
-	}
+	s, url, writer, backup, _ := writtenPastABackup(t, ctx, 5)
 	oldEpoch := epochOf(t, ctx, writer)
 
 	watchSeen, release := make(chan struct{}), make(chan struct{})
@@ -201,15 +212,8 @@ func TestE2ECacheLabelsItsSnapshotWithItsOwnEpoch(t *testing.T) {
 // seen yet fell before the write: the restored store's revisions start lower, and the cache, still on
 // the old epoch, is already past them.
 func TestE2EWaitForRevisionAcrossARestoreTheCacheHasNotSeen(t *testing.T) {
-	s, url := externalStated(t)
 	ctx := ctxT(t)
-	writer := devClient(t, url)
-	putItem(t, ctx, writer, "a")
-	backup := offlineBackup(t, s)
-	var last wire.Entry
-	for i := range 10 {
-		last = putItem(t, ctx, writer, fmt.Sprint("b", i))
-	}
+	s, url, writer, backup, last := writtenPastABackup(t, ctx, 10)
 	// No liveness checks: nothing tells the cache of the restart (its NATS server stays up, and a
 	// killed stated sends no close) but what the wait itself learns.
 	k := newCache(t, devClient(t, url), CacheOptions{Namespace: "service/tx", KeyPrefix: "items/", CheckInterval: -1})
@@ -269,15 +273,8 @@ func TestE2EWaitForRevisionAcrossARestoreTheCacheHasNotSeen(t *testing.T) {
 // higher than the new one's, must not count as one of the new epoch meanwhile: a writer of the new
 // epoch would be told its write had reached the handlers before they ran.
 func TestE2ENoRevisionOfANewEpochCountsBeforeItsOnResyncReturns(t *testing.T) {
-	s, url := externalStated(t)
 	ctx := ctxT(t)
-	writer := devClient(t, url)
-	putItem(t, ctx, writer, "a")
-	backup := offlineBackup(t, s)
-	var last wire.Entry
-	for i := range 10 {
-		last = putItem(t, ctx, writer, fmt.Sprint("b", i))
-	}
+	s, url, writer, backup, last := writtenPastABackup(t, ctx, 10)
 	var k *Cache
 	installed := make(chan struct{})
 	type seen struct {
