@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -47,36 +44,6 @@ func statedClient(t *testing.T, s *e2e.Stated) *client.Client {
 	return c
 }
 
-// offlineBackup stops s, copies its database aside, starts it again and returns the copy.
-func offlineBackup(t *testing.T, s *e2e.Stated) string {
-	t.Helper()
-	if code := s.Term(); code != 0 {
-		t.Fatalf("stated exited %d", code)
-	}
-	data, err := os.ReadFile(s.DatabasePath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	backup := filepath.Join(t.TempDir(), "backup.db")
-	if err := os.WriteFile(backup, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	return backup
-}
-
-// restore stops s, restores backup (a new epoch) and starts s again.
-func restore(t *testing.T, s *e2e.Stated, backup string) {
-	t.Helper()
-	if code := s.Term(); code != 0 {
-		t.Fatalf("stated exited %d", code)
-	}
-	if out, err := exec.Command(e2e.Binary(t, "stated"), "restore", "--config", s.ConfigPath, backup).CombinedOutput(); err != nil {
-		t.Fatalf("stated restore: %v\n%s", err, out)
-	}
-	s.Start()
-}
-
 // TestCampaignAcrossARestore: a standby whose claim was refused, in the epoch before a restore, by a
 // holder at some revision, must not wait for the restored store to reach that revision (a number of
 // the void epoch, SPEC section 4): the restored store has no holder, so the standby claims.
@@ -85,7 +52,7 @@ func TestCampaignAcrossARestore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	holder, standby := statedClient(t, s), statedClient(t, s)
-	backup := offlineBackup(t, s) // the namespace was never written: its revision is 0
+	backup := s.OfflineBackup() // the namespace was never written: its revision is 0
 
 	// The holder's claim gets a revision the restored namespace will not reach during the test.
 	for i := range 20 {
@@ -104,7 +71,7 @@ func TestCampaignAcrossARestore(t *testing.T) {
 	o := lease.WithHooks(opts(key, "replica-b", 2*time.Second), lease.TestHooks{Held: func() {
 		refusals++
 		if refusals == 1 { // refused by replica-a at its revision; the store is restored now
-			restore(t, s, backup)
+			s.Restore(backup)
 		}
 	}})
 	cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
@@ -131,7 +98,7 @@ func TestCampaignWaitingThroughARestore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	holder, standby := statedClient(t, s), statedClient(t, s)
-	backup := offlineBackup(t, s) // no lease in it
+	backup := s.OfflineBackup() // no lease in it
 
 	la, err := lease.Claim(ctx, holder, opts(key, "replica-a", time.Minute)) // no renewal during the test
 	if err != nil {
@@ -144,7 +111,7 @@ func TestCampaignWaitingThroughARestore(t *testing.T) {
 		Held: func() { refusals++ },
 		Wait: func() {
 			if waits++; waits == 1 { // waiting behind replica-a's entry: restore under the wait
-				restore(t, s, backup)
+				s.Restore(backup)
 			}
 		},
 	})

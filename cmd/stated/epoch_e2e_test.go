@@ -2,12 +2,9 @@ package main_test
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/keeppeek/coordination/internal/e2e"
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -35,7 +32,7 @@ func TestE2ECacheAcrossARestore(t *testing.T) {
 		}
 	}
 	put("items/a")
-	backup := offlineBackup(t, s)
+	backup := s.OfflineBackup()
 
 	cache, err := reader.NewCache(ctx, client.CacheOptions{Namespace: "service/tx", KeyPrefix: "items/", CheckInterval: 200 * time.Millisecond})
 	if err != nil {
@@ -54,7 +51,7 @@ func TestE2ECacheAcrossARestore(t *testing.T) {
 	waited := make(chan error, 1)
 	go func() { waited <- cache.WaitForRevision(ctx, mine.Revision+100) }()
 
-	restoreWith(t, s, backup)
+	s.Restore(backup)
 
 	select {
 	case err := <-waited:
@@ -78,34 +75,4 @@ func TestE2ECacheAcrossARestore(t *testing.T) {
 	if err := cache.WaitForRevisionIn(ctx, oldEpoch, mine.Revision); !errors.Is(err, client.ErrEpochChanged) {
 		t.Fatalf("WaitForRevisionIn(old epoch, %d) = %v, want ErrEpochChanged", mine.Revision, err)
 	}
-}
-
-// offlineBackup stops stated, copies its database aside and starts it again; it returns the copy.
-func offlineBackup(t *testing.T, s *e2e.Stated) string {
-	t.Helper()
-	if code := s.Term(); code != 0 {
-		t.Fatalf("stated exited %d", code)
-	}
-	backup := filepath.Join(t.TempDir(), "backup.db")
-	data, err := os.ReadFile(s.DatabasePath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(backup, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	return backup
-}
-
-// restoreWith stops stated, restores backup with `stated restore` (a new epoch) and starts it again.
-func restoreWith(t *testing.T, s *e2e.Stated, backup string) {
-	t.Helper()
-	if code := s.Term(); code != 0 {
-		t.Fatalf("stated exited %d", code)
-	}
-	if out, err := execCommand(e2e.Binary(t, "stated"), "restore", "--config", s.ConfigPath, backup).CombinedOutput(); err != nil {
-		t.Fatalf("stated restore: %v\n%s", err, out)
-	}
-	s.Start()
 }

@@ -32,9 +32,9 @@ func TestE2ELeaseAcrossARestore(t *testing.T) {
 		}
 	}
 	// A backup taken while nobody led.
-	backup := offlineBackup(t, s)
+	backup := s.OfflineBackup()
 	la := claim(a, "replica-a") // a minute's TTL: no renewal happens during the test
-	restoreWith(t, s, backup)
+	s.Restore(backup)
 	lb := claim(b, "replica-b")
 	if lb.Revision() != la.Revision() {
 		t.Logf("B holds revision %d, A held %d", lb.Revision(), la.Revision())

@@ -276,6 +276,56 @@ func (s *Stated) start() error {
 	}
 }
 
+// running reports whether the stated Start ran has not exited.
+func (s *Stated) running() bool {
+	s.mu.Lock()
+	done := s.done
+	s.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// OfflineBackup stops stated (SIGTERM; it must exit 0), copies its database aside and starts it
+// again; it returns the copy's path, a backup to Restore.
+func (s *Stated) OfflineBackup() string {
+	s.t.Helper()
+	if code := s.Term(); code != 0 {
+		s.t.Fatalf("e2e: stated exited %d\n%s", code, s.Logs())
+	}
+	data, err := os.ReadFile(s.DatabasePath())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	backup := filepath.Join(s.t.TempDir(), "backup.db")
+	if err := os.WriteFile(backup, data, 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	s.Start()
+	return backup
+}
+
+// Restore restores backup with `stated restore` (a new epoch) and starts stated again. A stated still
+// running is stopped first (SIGTERM; it must exit 0); one killed or stopped already is restored as it is.
+func (s *Stated) Restore(backup string) {
+	s.t.Helper()
+	if s.running() {
+		if code := s.Term(); code != 0 {
+			s.t.Fatalf("e2e: stated exited %d\n%s", code, s.Logs())
+		}
+	}
+	if out, err := exec.Command(s.bin, "restore", "--config", s.ConfigPath, backup).CombinedOutput(); err != nil {
+		s.t.Fatalf("e2e: stated restore: %v\n%s", err, out)
+	}
+	s.Start()
+}
+
 // Logs returns what stated wrote to stderr so far.
 func (s *Stated) Logs() string {
 	s.mu.Lock()

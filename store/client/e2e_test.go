@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -87,33 +84,6 @@ func epochOf(t *testing.T, ctx context.Context, c *Client) string {
 	})
 }
 
-// offlineBackup stops stated, copies its database aside and starts it again; it returns the copy.
-func offlineBackup(t *testing.T, s *e2e.Stated) string {
-	t.Helper()
-	if code := s.Term(); code != 0 {
-		t.Fatalf("stated exited %d\n%s", code, s.Logs())
-	}
-	backup := filepath.Join(t.TempDir(), "backup.db")
-	data, err := os.ReadFile(s.DatabasePath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(backup, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	return backup
-}
-
-// restore restores backup into the stopped stated (a new epoch) and starts it again.
-func restore(t *testing.T, s *e2e.Stated, backup string) {
-	t.Helper()
-	if out, err := exec.Command(e2e.Binary(t, "stated"), "restore", "--config", s.ConfigPath, backup).CombinedOutput(); err != nil {
-		t.Fatalf("stated restore: %v\n%s", err, out)
-	}
-	s.Start()
-}
-
 // writtenPastABackup starts stated on a NATS server of its own, writes items/a, takes an offline
 // backup, then writes n more items (b0, b1, ...): restoring the backup brings service/tx back below
 // revisions a client has seen. It returns stated, the NATS URL, the writer's client, the backup and
@@ -123,7 +93,7 @@ func writtenPastABackup(t *testing.T, ctx context.Context, n int) (*e2e.Stated, 
 	s, url := externalStated(t)
 	writer := devClient(t, url)
 	putItem(t, ctx, writer, "a")
-	backup := offlineBackup(t, s)
+	backup := s.OfflineBackup()
 	var last wire.Entry
 	for i := range n {
 		last = putItem(t, ctx, writer, fmt.Sprint("b", i))
@@ -188,7 +158,7 @@ func TestE2ECacheLabelsItsSnapshotWithItsOwnEpoch(t *testing.T) {
 	if code := s.Term(); code != 0 {
 		t.Fatalf("stated exited %d\n%s", code, s.Logs())
 	}
-	restore(t, s, backup)
+	s.Restore(backup)
 	newEpoch := epochOf(t, ctx, writer) // the restored store serves: the held watch reaches it
 	if newEpoch == oldEpoch {
 		t.Fatalf("epoch %q after the restore", newEpoch)
@@ -223,7 +193,7 @@ func TestE2EWaitForRevisionAcrossARestoreTheCacheHasNotSeen(t *testing.T) {
 	oldEpoch := k.Epoch()
 
 	s.Kill()
-	restore(t, s, backup)
+	s.Restore(backup)
 	mine := putItem(t, ctx, writer, "mine") // the restored store's revision 2
 	if mine.Revision >= last.Revision {
 		t.Fatalf("revision %d after the restore, want one below %d", mine.Revision, last.Revision)
@@ -316,7 +286,7 @@ func TestE2ENoRevisionOfANewEpochCountsBeforeItsOnResyncReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Kill()
-	restore(t, s, backup) // the cache's next liveness check finds its watch gone
+	s.Restore(backup) // the cache's next liveness check finds its watch gone
 	var sn seen
 	select {
 	case sn = <-inNewEpoch:
