@@ -66,7 +66,7 @@ func (s *Server) onHeartbeat(msg *nats.Msg) {
 		outcome = "dropped"
 		s.opts.Logger.Debug("heartbeat dropped", "subject", msg.Subject, "err", err)
 	} else {
-		switch s.hbLanes.offer(toks[0], msg.Subject, func() { s.handleHeartbeat(msg) }) {
+		switch s.hbLanes.offer(toks[0], msg.Subject, func() { s.handleHeartbeat(msg, toks[0], toks[1]) }) {
 		case offerSuperseded:
 			outcome = "superseded"
 		case offerFull, offerClosed:
@@ -207,22 +207,19 @@ func (l *latestLanes) close() {
 	}
 }
 
-func (s *Server) handleHeartbeat(msg *nats.Msg) {
+// handleHeartbeat handles msg, the heartbeat of principal's workerID (its subject's tokens).
+func (s *Server) handleHeartbeat(msg *nats.Msg, principal, workerID string) {
 	s.inflight.RLock()
 	defer s.inflight.RUnlock()
 	if s.stopped {
 		return
 	}
 	outcome := "accepted"
-	if err := s.heartbeat(msg); errors.Is(err, wire.ErrQuotaExceeded) {
+	if err := s.heartbeat(msg, principal, workerID); errors.Is(err, wire.ErrQuotaExceeded) {
 		// Over a quota: most often a new worker of a principal that has max_workers_per_principal
 		// live ones, or of a full system namespace (the error names the bound): told once a minute
 		// per principal, not per heartbeat of a fleet.
 		outcome = "refused"
-		principal := ""
-		if toks, terr := wire.SubjectTokens(msg.Subject, s.opts.Prefix, "heartbeat.v1", 2); terr == nil {
-			principal = toks[0]
-		}
 		if s.hbWarn.due(principal, time.Now()) {
 			s.opts.Logger.Warn("heartbeats refused by a bound (err names it; for new workers of a principal at max_workers_per_principal, raise it in [bounds] if it should not be)",
 				"principal", principal, "err", err)
@@ -236,12 +233,9 @@ func (s *Server) handleHeartbeat(msg *nats.Msg) {
 	}
 }
 
-func (s *Server) heartbeat(msg *nats.Msg) error {
-	toks, err := wire.SubjectTokens(msg.Subject, s.opts.Prefix, "heartbeat.v1", 2)
-	if err != nil {
-		return err
-	}
-	principal, workerID := toks[0], toks[1]
+// heartbeat keeps the worker status of principal's workerID from msg (see onHeartbeat, which read
+// both from its subject). The principal is checked again: a reload may have removed it since.
+func (s *Server) heartbeat(msg *nats.Msg, principal, workerID string) error {
 	if _, ok := s.Principal(principal); !ok {
 		return errors.New("unknown principal")
 	}
