@@ -551,10 +551,13 @@ func (s *Server) respond(op wire.Op, req micro.Request, start time.Time, res wir
 	res.Error = cutMessage(res.Error)
 	// Entries are encoded without re-validating their documents, into a reused buffer: Respond copies
 	// the reply into the connection's buffer.
+	if op == wire.OpList {
+		cutPage(&res, s.nc.MaxPayload()) // before encoding: what cannot fit is not encoded
+	}
 	bp := encodeBuffers.Get().(*[]byte)
 	*bp = wire.AppendResult((*bp)[:0], &res)
 	if op == wire.OpList {
-		*bp = fitPage(*bp, &res, s.nc.MaxPayload())
+		*bp = fitPage(*bp, &res, s.nc.MaxPayload()) // the page as encoded, exactly
 	}
 	respErr := req.Respond(*bp)
 	putEncodeBuffer(bp)
@@ -763,9 +766,7 @@ func (s *Server) dispatch(op wire.Op, req micro.Request) (int64, wire.Result, fu
 		if err != nil {
 			return fail(r.RequestID, err)
 		}
-		res := wire.Result{OK: true, Entries: l.Entries, NextAfterKey: l.NextAfterKey, Revision: &l.Revision}
-		cutPage(&res, s.nc.MaxPayload())
-		return r.RequestID, res, nil
+		return r.RequestID, wire.Result{OK: true, Entries: l.Entries, NextAfterKey: l.NextAfterKey, Revision: &l.Revision}, nil
 	case wire.OpWatch:
 		var r wire.WatchRequest
 		if err := wire.Decode(data, &r); err != nil {
