@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,12 @@ import (
 	"github.com/keeppeek/coordination/store/wire"
 )
 
-func TestMain(m *testing.M) { e2e.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(floorChildEnv) != "" {
+		os.Exit(floorChild())
+	}
+	e2e.Main(m)
+}
 
 // The bench document is exactly DocumentBytes compact bytes, and the store's schema registry and
 // content guard accept it where the bench writes it.
