@@ -439,7 +439,7 @@ func loadTx(tx *bolt.Tx, rules *loadRules) (*loaded, error) {
 		if _, ok := rules.settings[ns]; ok && (c.Entries != 0 || c.Bytes != 0) {
 			return fmt.Errorf("namespace %q is settings-backed but has database entries", ns)
 		}
-		if c.Revision > wire.MaxSafeInteger || c.Entries < 0 || c.Bytes < 0 {
+		if c.Entries < 0 || c.Bytes < 0 || !revisionRoom(c.Revision, c.Entries) { // revision + entries <= 2^53-1: see revisionRoom
 			return fmt.Errorf("namespace %q metadata out of range", ns)
 		}
 		if c.Entries > bounds.MaxEntriesPerNamespace {

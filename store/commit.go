@@ -366,6 +366,14 @@ func (st *stage) stagePut(m *mutation) (*wire.Entry, error) {
 	} else {
 		prevSize = int64(len(cur.Document))
 	}
+	count := n.count
+	if cur == nil {
+		count++
+	}
+	if !revisionRoom(n.revision+1, count) {
+		return nil, wire.Errorf(wire.CodeQuotaExceeded, "namespace %s is at revision %d: the revisions left up to 2^53-1 are kept for the removal of its %d entries",
+			m.ns, n.revision, n.count)
+	}
 	if st.total-prevSize+size > b.MaxTotalValueBytes {
 		return nil, wire.Errorf(wire.CodeQuotaExceeded, "the store holds %d document bytes; %d more would pass max_total_value_bytes %d",
 			st.total, size-prevSize, b.MaxTotalValueBytes)
@@ -384,6 +392,15 @@ func (st *stage) stagePut(m *mutation) (*wire.Entry, error) {
 	return e, nil
 }
 
+// revisionRoom reports whether a namespace at revision rev holding count entries can still remove
+// every one of them. Revisions are JSON integers up to 2^53-1 (SPEC sections 4 and 5), and a database
+// holding a larger one does not open; a delete and an expiry each take a revision, and an expiry
+// cannot be refused. So a put is admitted only if, after it, rev + count <= 2^53-1: deletes and
+// expiries keep that sum, so none of them ever needs a revision past 2^53-1, and Open checks it.
+func revisionRoom(rev uint64, count int64) bool {
+	return count >= 0 && uint64(count) <= wire.MaxSafeInteger && rev <= wire.MaxSafeInteger-uint64(count)
+}
+
 func (st *stage) stageDelete(m *mutation) (uint64, error) {
 	if err := st.checkGuard(m); err != nil {
 		return 0, err
@@ -396,6 +413,10 @@ func (st *stage) stageDelete(m *mutation) (uint64, error) {
 		return 0, wire.RevisionError(wire.CodeConflict, cur.Revision, "%s is at revision %d, not %d", m.key, cur.Revision, *m.expected)
 	}
 	n := st.ns(m.ns)
+	if n.revision >= wire.MaxSafeInteger {
+		// Never so after the engine's own writes (see revisionRoom); a settings file may say so.
+		return 0, wire.Errorf(wire.CodeQuotaExceeded, "namespace %s is at revision 2^53-1, the last the contract carries", m.ns)
+	}
 	n.revision++
 	st.set(m.ns, m.key, cur, nil)
 	st.ops = append(st.ops, stagedOp{kind: changeDelete, ns: m.ns, key: m.key, revision: n.revision, principal: m.principal, m: m})

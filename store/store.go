@@ -175,6 +175,11 @@ func (s *Store) loadSettings(ns string, sb SettingsBackend) error {
 	if s.totalBytes > s.opts.Bounds.MaxTotalValueBytes {
 		return fmt.Errorf("settings namespace %s: total bytes over max_total_value_bytes", ns)
 	}
+	// A settings namespace holding entries is one of max_namespaces, as it is for every put (SPEC
+	// section 8); the database's own namespaces were counted against the bound before.
+	if s.liveNamespaces > s.opts.Bounds.MaxNamespaces {
+		return fmt.Errorf("settings namespace %s: %d namespaces hold entries, over max_namespaces %d", ns, s.liveNamespaces, s.opts.Bounds.MaxNamespaces)
+	}
 	return nil
 }
 
