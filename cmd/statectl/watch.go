@@ -135,7 +135,11 @@ func (w *watcher) open(ctx context.Context) (*client.Watch, error) {
 	if err != nil {
 		if wire.CodeOf(err) == "" && !w.c.Conn().IsClosed() {
 			// No answer: the watch may have been registered all the same. Remove it, or it would
-			// hold a watch slot until the server closes it for want of acks.
+			// hold a watch slot until the server closes it for want of acks. The unwatch waits for
+			// the watch request's late reply first (Client.Unwatch), for up to a second: the
+			// connection closes when statectl returns, and a watch registered after an unwatch that
+			// overtook its request would stay. A server slower than that is not waited for (the
+			// watch ended at --timeout, or was interrupted).
 			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			_ = w.c.Unwatch(uctx, id)
 			cancel()

@@ -384,8 +384,10 @@ func (k *Cache) Done() <-chan struct{} { return k.done }
 func (k *Cache) Resyncs() uint64 { return k.resyncs.Load() }
 
 // Close stops the cache's goroutine, unwatches and unsubscribes. The cached entries stay readable.
-// It returns the unwatch error, if any other than NOT_FOUND or a closed connection; later calls
-// return the same.
+// A re-watch still unanswered is waited for (at most the client's request timeout for its reply, and
+// as long again for its unwatch), so that no watch is left on the server once Close returned, even if
+// the connection is closed next. Close returns the unwatch error, if any other than NOT_FOUND or a
+// closed connection; later calls return the same.
 func (k *Cache) Close() error {
 	k.closeOnce.Do(func() {
 		k.cancel()
@@ -487,13 +489,24 @@ func (k *Cache) shutdown() {
 		k.sub, k.in = nil, nil
 	}
 	// Unwatch even without a live incarnation: a watch request cut short by Close may still have
-	// registered the watch on the server.
+	// registered the watch on the server. Such a request is waited for first (its reply comes within
+	// the request timeout, and the watch it registered is then unwatched within another): an unwatch
+	// sent at once could overtake it, and a user who closes the connection once Close returned would
+	// leave its watch registered, with nobody to unwatch it.
 	if k.c.nc.IsClosed() {
 		return
 	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 2*k.c.timeout)
+	release, err := k.c.startWatchRequest(wctx, k.watchID)
+	wcancel()
+	if err != nil {
+		k.closeErr = fmt.Errorf("store/client: close: a watch request of %s is still unanswered: %w", k.watchID, err)
+		return
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(context.Background(), k.c.timeout)
 	defer cancel()
-	if err := k.c.Unwatch(ctx, k.watchID); err != nil && !errors.Is(err, wire.ErrNotFound) && !errors.Is(err, nats.ErrConnectionClosed) {
+	if err := k.c.unwatch(ctx, k.watchID); err != nil && !errors.Is(err, wire.ErrNotFound) && !errors.Is(err, nats.ErrConnectionClosed) {
 		k.closeErr = err
 	}
 }

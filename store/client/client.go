@@ -179,8 +179,9 @@ func (c *Client) watchSubject(watchID string) string {
 func (c *Client) nextID() int64 { return c.lastID.Add(1) }
 
 // call sends req (whose request_id is id) on op's subject and returns the ok Result, or the error:
-// a *wire.Error for a failed Result or when no state server answers, the NATS or context error
-// (wrapped) otherwise.
+// a *wire.Error for a failed Result, when no state server answers, when the connection is down (with
+// no reconnect buffer) and when the request is too large for a NATS message; the NATS or context
+// error (wrapped) otherwise.
 func (c *Client) call(ctx context.Context, op wire.Op, id int64, req any) (wire.Result, error) {
 	data, err := wire.EncodeRequest(req)
 	if err != nil {
@@ -198,6 +199,13 @@ func (c *Client) call(ctx context.Context, op wire.Op, id int64, req any) (wire.
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return wire.Result{}, wire.Errorf(wire.CodeUnavailable, "no state server answered on %s", subj)
+		}
+		if errors.Is(err, nats.ErrMaxPayload) {
+			// Refused by nats.go before sending. The state server never runs with a
+			// max_document_bytes that a message could not carry, so only a document over it makes a
+			// request this large: TOO_LARGE, as the server would answer.
+			return wire.Result{}, wire.Errorf(wire.CodeTooLarge, "%s request of %d bytes is over the NATS server's max_payload %d: not sent",
+				op, len(data), c.nc.MaxPayload())
 		}
 		if errors.Is(err, nats.ErrReconnectBufExceeded) {
 			// Refused by nats.go before sending: the connection is down and holds nothing back
@@ -342,8 +350,9 @@ func (c *Client) Ack(ctx context.Context, watchID string, seq uint64) error {
 
 // startWatchRequest waits until no watch request for watchID is in flight (see watchBusy), then
 // marks one as in flight, and returns the function that ends it; or returns ctx's error if ctx ends
-// first, with nothing marked. The request must then be sent whatever happens to ctx (finish, not
-// Finish), and release called once it is done with.
+// first, with nothing marked. A watch request must then be sent whatever happens to ctx (finish, not
+// Finish), and release called once it is done with. Unwatch marks the id the same way while its
+// request is out.
 func (c *Client) startWatchRequest(ctx context.Context, watchID string) (release func(), err error) {
 	for {
 		c.watchMu.Lock()
@@ -379,14 +388,32 @@ func (c *Client) startWatchRequest(ctx context.Context, watchID string) (release
 func (c *Client) reap(watchID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	if err := c.Unwatch(ctx, watchID); err != nil && !errors.Is(err, wire.ErrNotFound) && !errors.Is(err, nats.ErrConnectionClosed) {
+	// The reaper holds the id's mark (see watchBusy): Unwatch would wait for itself.
+	if err := c.unwatch(ctx, watchID); err != nil && !errors.Is(err, wire.ErrNotFound) && !errors.Is(err, nats.ErrConnectionClosed) {
 		c.log.Warn("could not unwatch a watch registered after its request was given up", "watch_id", watchID, "err", err)
 	}
 }
 
 // Unwatch removes a live watch of this principal; the server sends no close for it. An unknown (or
 // already closed) watch is wire.ErrNotFound.
+//
+// A watch request of the same id still in flight (a Watch or a Cache's re-watch not answered yet, or
+// one given up and not yet reaped) is waited for first, within ctx: an unwatch sent at once could
+// reach the server before that request and find nothing, and the watch registered next would then
+// stay, held by no one once the connection closes (a program that closes a Cache, or gives up on a
+// watch, and then its connection). After the wait, a watch the given-up request registered has been
+// unwatched already, and Unwatch answers NOT_FOUND.
 func (c *Client) Unwatch(ctx context.Context, watchID string) error {
+	release, err := c.startWatchRequest(ctx, watchID)
+	if err != nil {
+		return fmt.Errorf("store/client: %s request on %s: %w", wire.OpUnwatch, c.requestSubject(wire.OpUnwatch), err)
+	}
+	defer release()
+	return c.unwatch(ctx, watchID)
+}
+
+// unwatch sends the unwatch request without waiting for the id's watch requests (Unwatch).
+func (c *Client) unwatch(ctx context.Context, watchID string) error {
 	req := wire.UnwatchRequest{RequestID: c.nextID(), WatchID: watchID}
 	res, err := c.call(ctx, wire.OpUnwatch, req.RequestID, &req)
 	if err != nil {

@@ -22,9 +22,12 @@
 // one at a time: a request for an id waits (within its context) while an earlier request for it is
 // unanswered and, if that one was given up and registered the watch, until its unwatch is answered. So
 // a registration nobody waits for never holds the id against a later request, and its unwatch never
-// removes a later request's watch. A request that gets no reply at all, within the later of its
-// context's deadline and the request timeout, has an unknown outcome, as any request without a reply:
-// a later request may then find the id taken (WATCH_EXISTS; unwatch, then watch again, as a Cache does).
+// removes a later request's watch. Unwatch, and a Cache's Close, wait the same way for a watch request
+// of the id still out, so they never overtake it and leave its watch behind (a program that closes
+// its connection right after would leave it registered, with no one to unwatch it). A request that
+// gets no reply at all, within the later of its context's deadline and the request timeout, has an
+// unknown outcome, as any request without a reply: a later request may then find the id taken
+// (WATCH_EXISTS; unwatch, then watch again, as a Cache does).
 //
 // The connection must use the principal's inbox prefix `_INBOX.<principal>` (the server's NATS
 // permissions allow no other); Connect sets it. Connect also turns off nats.go's reconnect buffer, so a

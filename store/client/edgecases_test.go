@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -306,5 +307,25 @@ func TestAWatchRequestGivenUpIsReapedWhenTheNextIsGivenUpToo(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// A put whose document is too large for a NATS message is TOO_LARGE (SPEC section 8), as the server
+// would answer it: the server's max_document_bytes always fits max_payload (stated refuses bounds
+// that do not), so a request NATS cannot carry holds a document over the bound. Callers match it with
+// errors.Is like any other answer, and nothing is sent.
+func TestPutOverTheNATSPayloadIsTooLarge(t *testing.T) {
+	env := startEnv(t)
+	c := newClient(t, env, alice.ID)
+	ctx := ctxT(t)
+	const ns = "user/alice"
+	req := preference(ns, "k", strings.Repeat("x", int(c.Conn().MaxPayload())))
+	_, err := c.Put(ctx, req)
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeTooLarge || !strings.Contains(we.Message, "max_payload") {
+		t.Fatalf("put of a document over max_payload: %#v, want a *wire.Error TOO_LARGE naming max_payload", err)
+	}
+	if _, err := c.Get(ctx, ns, "k"); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("get after the refused put: %v, want NOT_FOUND", err)
 	}
 }

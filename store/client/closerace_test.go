@@ -1,0 +1,135 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// A cache closed while its re-watch is out (a resync the server is slow to answer) leaves no watch
+// behind, even when its user closes the NATS connection as soon as Close returns, as a program that
+// shuts down does: Close waits for that watch request's outcome (and its unwatch) instead of leaving
+// it to a background unwatch that the closed connection can no longer send.
+func TestCacheCloseDuringAResyncLeavesNoWatch(t *testing.T) {
+	env := startEnv(t)
+	ncClosed := make(chan struct{})
+	held := make(chan struct{})
+	served := make(chan struct{})
+	startRelay(t, env.URL, relayHooks{
+		before: func(op wire.Op, n int) bool {
+			if op != wire.OpWatch || n != 2 {
+				return true
+			}
+			close(held)
+			// A slow server: it takes the re-watch once the client's connection is gone, or after a
+			// while when Close waits for it (the event this test needs does not come then).
+			select {
+			case <-ncClosed:
+			case <-time.After(time.Second):
+			}
+			return true
+		},
+		after: func(op wire.Op, n int, _ []byte) bool {
+			if op == wire.OpWatch && n == 2 {
+				close(served)
+			}
+			return true
+		},
+	})
+	nc, err := Connect(env.URL, alice.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c, err := New(nc, alice.ID, WithPrefix(relayPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := c.NewCache(ctxT(t), CacheOptions{Namespace: "user/alice", WatchID: "closing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !env.Store.CloseWatch(alice, "closing", wire.CloseOverflow, "test") {
+		t.Fatal("the cache's watch is not live")
+	}
+	select {
+	case <-held:
+	case <-time.After(testTimeout):
+		t.Fatal("the cache did not watch again after the close")
+	}
+	if err := k.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	nc.Close()
+	close(ncClosed)
+	select {
+	case <-served:
+	case <-time.After(testTimeout):
+		t.Fatal("the re-watch never reached the server")
+	}
+	if ws := env.Store.LiveWatches(); len(ws) != 0 {
+		t.Fatalf("watches left on the server after Close and the connection's close: %+v", ws)
+	}
+}
+
+// Unwatch of a watch whose request was given up and is still unanswered waits for that request: sent
+// at once, it could reach the server first and find nothing, and the watch registered next would stay
+// once the caller closed its connection (statectl interrupted while its watch request is out does
+// just that).
+func TestUnwatchWaitsForAWatchRequestGivenUp(t *testing.T) {
+	env := startEnv(t)
+	ncClosed := make(chan struct{})
+	held := make(chan struct{})
+	served := make(chan struct{})
+	startRelay(t, env.URL, relayHooks{
+		before: func(op wire.Op, n int) bool {
+			if op == wire.OpWatch {
+				close(held)
+				select { // a slow server, as above
+				case <-ncClosed:
+				case <-time.After(time.Second):
+				}
+			}
+			return true
+		},
+		after: func(op wire.Op, n int, _ []byte) bool {
+			if op == wire.OpWatch {
+				close(served)
+			}
+			return true
+		},
+	})
+	nc, err := Connect(env.URL, alice.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c, err := New(nc, alice.ID, WithPrefix(relayPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctxT(t))
+	go func() {
+		<-held
+		cancel()
+	}()
+	if _, err := c.Watch(ctx, wire.WatchRequest{WatchID: "given-up", Namespace: "user/alice"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Watch: %v, want context.Canceled", err)
+	}
+	if err := c.Unwatch(ctxT(t), "given-up"); err != nil && !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("Unwatch: %v", err)
+	}
+	nc.Close()
+	close(ncClosed)
+	select {
+	case <-served:
+	case <-time.After(testTimeout):
+		t.Fatal("the watch request never reached the server")
+	}
+	if ws := env.Store.LiveWatches(); len(ws) != 0 {
+		t.Fatalf("watches left on the server after Unwatch and the connection's close: %+v", ws)
+	}
+}
