@@ -70,14 +70,19 @@ func New(c *client.Client, opts ...Option) (*Coordinator, error) {
 // Client returns the store client the Coordinator uses.
 func (c *Coordinator) Client() *client.Client { return c.client }
 
-// checkTarget checks namespace and key the way the server's first check does, so that a malformed
-// target is INVALID_ARGUMENT (and not the registry's SCHEMA_INVALID) without a round trip.
+// checkTarget checks namespace and key the way the server's first two checks do (SPEC section 5), so
+// that a malformed target is INVALID_ARGUMENT, and a write in system PERMISSION_DENIED (nobody writes
+// it, not even an admin: SPEC section 2), without a round trip and before the registry could call the
+// document SCHEMA_INVALID for its namespace.
 func checkTarget(namespace, key string) error {
 	if !wire.ValidNamespace(namespace) {
 		return wire.Errorf(wire.CodeInvalidArgument, "invalid namespace %q", namespace)
 	}
 	if !wire.ValidKey(key) {
 		return wire.Errorf(wire.CodeInvalidArgument, "invalid key %q", key)
+	}
+	if namespace == string(wire.KindSystem) {
+		return wire.Errorf(wire.CodePermissionDenied, "nobody writes the system namespace (the state server keeps it)")
 	}
 	return nil
 }

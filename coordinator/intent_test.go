@@ -161,11 +161,12 @@ func TestPutIntentRejectsInvalidLocally(t *testing.T) {
 		})
 	}
 
-	// Intents live in service and user namespaces only; malformed targets are INVALID_ARGUMENT.
+	// Intents live in service and user namespaces only; malformed targets are INVALID_ARGUMENT, and
+	// system, which nobody writes, PERMISSION_DENIED (the policy is checked before the schema).
 	_, err = offline.PutIntent(ctx, "group/lobby", intentKey, frontDoor())
 	wantCode(t, err, wire.CodeSchemaInvalid, "intent in a group namespace")
 	_, err = offline.PutIntent(ctx, "system", intentKey, frontDoor())
-	wantCode(t, err, wire.CodeSchemaInvalid, "intent in system")
+	wantCode(t, err, wire.CodePermissionDenied, "intent in system")
 	_, err = offline.PutIntent(ctx, "foo/x", intentKey, frontDoor())
 	wantCode(t, err, wire.CodeInvalidArgument, "malformed namespace")
 	_, err = offline.PutIntent(ctx, svcNS, "intents//x", frontDoor())

@@ -21,11 +21,13 @@ type TestHooks struct {
 	GuardWait  func()           // when a refused guarded write waits for a renewal in flight
 	Wait       func()           // Campaign: each time it starts waiting for the key to be free
 	Held       func()           // Campaign: after each claim refused because the lease is held
+	LastWait   func()           // renewal loop: each time it waits with no renewal due before the deadline
 }
 
 // WithHooks returns o with h installed.
 func WithHooks(o Options, h TestHooks) Options {
 	o.onRenewed, o.onRenewReply, o.onGuardWait, o.onWait, o.onHeld = h.Renewed, h.RenewReply, h.GuardWait, h.Wait, h.Held
+	o.onLastWait = h.LastWait
 	return o
 }
 

@@ -313,15 +313,32 @@ func (l *Lease) run(ctx context.Context, claimSent time.Time) {
 		l.mu.Lock()
 		deadline := l.validUntil
 		l.mu.Unlock()
+		if !next.Before(deadline) && l.o.onLastWait != nil {
+			l.o.onLastWait()
+		}
 		t.Reset(time.Until(earlier(next, deadline)))
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		// The deadline is read again: a guarded write may have moved it on while the loop waited
+		// (it found one of the lease's unanswered renewals committed). It is checked, and the lease
+		// ended, under the lock that moves it.
+		l.mu.Lock()
 		now := time.Now()
-		if !now.Before(deadline) {
-			l.lose(fmt.Errorf("%w: not renewed within TTL - RenewEvery/2 (%v)", ErrLost, l.o.TTL-l.o.margin()), false)
+		deadline = l.validUntil
+		expired, ended := !now.Before(deadline), false
+		var err error
+		if expired {
+			err = fmt.Errorf("%w: not renewed within TTL - RenewEvery/2 (%v)", ErrLost, l.o.TTL-l.o.margin())
+			ended = l.loseLocked(err, false)
+		}
+		l.mu.Unlock()
+		if expired {
+			if ended {
+				l.logLoss(err)
+			}
 			return
 		}
 		if now.Before(next) {

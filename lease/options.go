@@ -53,6 +53,7 @@ type Options struct {
 	onGuardWait  func()           // when a refused guarded write waits for a renewal in flight
 	onWait       func()           // Campaign: each time it starts waiting for the key to be free
 	onHeld       func()           // Campaign: after each claim refused because the lease is held
+	onLastWait   func()           // renewal loop: each time it waits with no renewal due before the deadline
 }
 
 // margin is the safety margin subtracted from TTL when deciding whether the lease is still held.

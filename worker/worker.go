@@ -63,6 +63,7 @@ type Worker struct {
 	kick       chan struct{}
 	hbMu       sync.Mutex // one heartbeat at a time, so they reach the server in sequence order
 	sequence   int64
+	leftOut    int // leases the last heartbeat left out, to log a change once (under hbMu)
 }
 
 type namedFunc struct {
@@ -146,7 +147,9 @@ func (w *Worker) Go(name string, fn func(ctx context.Context) error) {
 // HoldLease records that the worker holds the lease key (its heartbeats list it); DropLease forgets
 // it. A change is announced at once. key must follow the key rule (SPEC section 1): the server drops
 // a heartbeat that lists an invalid key, so a worker listing one would stop being seen alive. Such a
-// key is refused: logged and not listed.
+// key is refused: logged and not listed. Heartbeats list the leases in key order, as many as a
+// heartbeat holds (64 KiB: some 250 keys of the longest kind); the server's entry lists as many as
+// max_document_bytes holds.
 func (w *Worker) HoldLease(key string) {
 	if !wire.ValidKey(key) {
 		w.opts.Logger.Error("worker: HoldLease refused an invalid lease key; it is not listed in heartbeats", "worker", w.opts.WorkerID, "key", key)
@@ -288,6 +291,11 @@ func (w *Worker) heartbeat() error {
 		Leases: w.leaseListLocked()}
 	w.mu.Unlock()
 	body, _ := json.Marshal(hb)
+	if len(body) > maxHeartbeatBytes {
+		body = w.cutLeases(hb, len(body))
+	} else {
+		w.leftOut = 0
+	}
 	err := w.opts.Conn.Publish(wire.HeartbeatSubject(w.opts.Prefix, w.opts.Principal, w.opts.WorkerID), body)
 	w.mu.Lock()
 	w.lastErr = err
@@ -296,6 +304,33 @@ func (w *Worker) heartbeat() error {
 	}
 	w.mu.Unlock()
 	return err
+}
+
+// maxHeartbeatBytes bounds a heartbeat's body: the state server drops a larger one (64 KiB, or four
+// times max_document_bytes when that is more) as breaking a rule, and the worker's entry would expire
+// while it runs. A worker status lists only as many leases as max_document_bytes holds anyway.
+const maxHeartbeatBytes = 65536
+
+// cutLeases returns the body of hb, size bytes encoded, with its lease list cut from the end (it is
+// sorted, so the same leases are left out of every heartbeat, and steady heartbeats stay keepalives)
+// until it fits in maxHeartbeatBytes. w.hbMu must be held. The leases left out are still held, and
+// their entries still say so; only the fleet view does not list them.
+func (w *Worker) cutLeases(hb wire.Heartbeat, size int) []byte {
+	over, n := size-maxHeartbeatBytes, len(hb.Leases)
+	for over > 0 && n > 0 {
+		n--
+		over -= len(hb.Leases[n]) + 3 // its quotes and comma: a valid key needs no JSON escapes
+	}
+	left := len(hb.Leases) - n
+	hb.Leases = hb.Leases[:n]
+	body, _ := json.Marshal(hb)
+	warn := left != w.leftOut
+	w.leftOut = left
+	if warn {
+		w.opts.Logger.Warn("worker: more leases than a heartbeat can list; the last are left out of heartbeats",
+			"worker", w.opts.WorkerID, "leases", len(hb.Leases)+left, "left_out", left)
+	}
+	return body
 }
 
 // Run starts the components and owned goroutines, heartbeats until ctx ends (or an owned goroutine
