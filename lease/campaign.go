@@ -59,7 +59,16 @@ func Campaign(ctx context.Context, c *client.Client, o Options) (*Lease, error) 
 		// has not caught up with yet.
 		var held *HeldError
 		if errors.As(err, &held) {
-			if werr := cache.WaitForRevision(ctx, held.Revision); werr != nil {
+			if o.onHeldWait != nil {
+				o.onHeldWait(cache)
+			}
+			// The refusal's revision is of the epoch the claim was made in: the cache may have moved
+			// to a restored store's since, where that revision may never come (ErrEpochChanged then).
+			epoch := held.epoch
+			if epoch == "" {
+				epoch = cache.Epoch()
+			}
+			if werr := cache.WaitForRevisionIn(ctx, epoch, held.Revision); werr != nil {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
@@ -102,6 +111,9 @@ func Campaign(ctx context.Context, c *client.Client, o Options) (*Lease, error) 
 				}
 				_, ok = cache.Get(o.Key)
 			}
+		}
+		if o.onClaim != nil {
+			o.onClaim()
 		}
 		if l, err = claim(ctx, c, o); !errors.Is(err, ErrHeld) {
 			return l, err

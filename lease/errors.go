@@ -51,6 +51,8 @@ type HeldError struct {
 	Revision uint64
 	// Err is the store's CONFLICT.
 	Err error
+
+	epoch string // the store's epoch as read before the refused claim: Revision's, unless a restore came between
 }
 
 // Error implements error.

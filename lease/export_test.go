@@ -1,6 +1,10 @@
 package lease
 
-import "time"
+import (
+	"time"
+
+	"github.com/keeppeek/coordination/store/client"
+)
 
 // Test hooks for the external tests of this package.
 
@@ -16,18 +20,20 @@ func DropRenewalReplies(l *Lease, n int32) { l.dropReplies.Store(n) }
 
 // TestHooks are callbacks a test can install in Options.
 type TestHooks struct {
-	Renewed    func(rev uint64) // after each successful renewal, with the new revision
-	RenewReply func()           // when a renewal's reply is in, before it is applied
-	GuardWait  func()           // when a refused guarded write waits for a renewal in flight
-	Wait       func()           // Campaign: each time it starts waiting for the key to be free
-	Held       func()           // Campaign: after each claim refused because the lease is held
-	LastWait   func()           // renewal loop: each time it waits with no renewal due before the deadline
+	Renewed    func(rev uint64)    // after each successful renewal, with the new revision
+	RenewReply func()              // when a renewal's reply is in, before it is applied
+	GuardWait  func()              // when a refused guarded write waits for a renewal in flight
+	Wait       func()              // Campaign: each time it starts waiting for the key to be free
+	Held       func()              // Campaign: after each claim refused because the lease is held
+	LastWait   func()              // renewal loop: each time it waits with no renewal due before the deadline
+	Claim      func()              // Campaign: before each claim made once the key looked free
+	HeldWait   func(*client.Cache) // Campaign: before it waits for its cache to reach a refusal's revision
 }
 
 // WithHooks returns o with h installed.
 func WithHooks(o Options, h TestHooks) Options {
 	o.onRenewed, o.onRenewReply, o.onGuardWait, o.onWait, o.onHeld = h.Renewed, h.RenewReply, h.GuardWait, h.Wait, h.Held
-	o.onLastWait = h.LastWait
+	o.onLastWait, o.onClaim, o.onHeldWait = h.LastWait, h.Claim, h.HeldWait
 	return o
 }
 

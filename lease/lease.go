@@ -97,7 +97,7 @@ func claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 	e, err := claimPut(ctx, c, o, wire.PutRequest{Namespace: o.Namespace, Key: o.Key, Schema: leaseSchema,
 		Document: doc, ExpectedRevision: &create, TTLMs: &ttl})
 	if errors.Is(err, wire.ErrConflict) {
-		return nil, heldError(ctx, c, &o, err)
+		return nil, heldError(ctx, c, &o, info.Epoch, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lease: claim %s:%s: %w", o.Namespace, o.Key, err)
@@ -133,8 +133,8 @@ func claimPut(ctx context.Context, c *client.Client, o Options, req wire.PutRequ
 }
 
 // heldError builds the *HeldError of a refused claim, reading the current holder if it can.
-func heldError(ctx context.Context, c *client.Client, o *Options, conflict error) error {
-	he := &HeldError{Namespace: o.Namespace, Key: o.Key, Err: conflict}
+func heldError(ctx context.Context, c *client.Client, o *Options, epoch string, conflict error) error {
+	he := &HeldError{Namespace: o.Namespace, Key: o.Key, Err: conflict, epoch: epoch}
 	var we *wire.Error
 	if errors.As(conflict, &we) && we.CurrentRevision != nil {
 		he.Revision = *we.CurrentRevision

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -48,12 +49,14 @@ type Options struct {
 	Logger *slog.Logger
 
 	// Test hooks (export_test.go); nil in production.
-	onRenewed    func(rev uint64) // after each successful renewal, with the new revision
-	onRenewReply func()           // when a renewal's reply is in, before it is applied
-	onGuardWait  func()           // when a refused guarded write waits for a renewal in flight
-	onWait       func()           // Campaign: each time it starts waiting for the key to be free
-	onHeld       func()           // Campaign: after each claim refused because the lease is held
-	onLastWait   func()           // renewal loop: each time it waits with no renewal due before the deadline
+	onRenewed    func(rev uint64)    // after each successful renewal, with the new revision
+	onRenewReply func()              // when a renewal's reply is in, before it is applied
+	onGuardWait  func()              // when a refused guarded write waits for a renewal in flight
+	onWait       func()              // Campaign: each time it starts waiting for the key to be free
+	onHeld       func()              // Campaign: after each claim refused because the lease is held
+	onLastWait   func()              // renewal loop: each time it waits with no renewal due before the deadline
+	onClaim      func()              // Campaign: before each claim made once the key looked free
+	onHeldWait   func(*client.Cache) // Campaign: before it waits for its cache to reach a refusal's revision
 }
 
 // margin is the safety margin subtracted from TTL when deciding whether the lease is still held.

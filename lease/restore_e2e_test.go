@@ -3,7 +3,9 @@ package lease_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -128,5 +130,76 @@ func TestCampaignWaitingThroughARestore(t *testing.T) {
 	e, err := standby.Get(ctx, ns, key)
 	if err != nil || decodeLease(t, e).Holder != "replica-b" || e.Revision != lb.Revision() {
 		t.Fatalf("lease entry after the campaign: %+v %v", e, err)
+	}
+}
+
+// A claim refused after the key looked free (a rival took it first) is followed by a wait for the
+// cache to reach the refusal's revision. When a restore comes between, and the cache already holds
+// the restored store's epoch, that revision belongs to the old epoch and may never come in the new
+// one: Campaign must claim again (the restored store has the key free), not wait for it.
+func TestCampaignRefusedJustBeforeARestore(t *testing.T) {
+	s := startStated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	holder, rival, standby := statedClient(t, s), statedClient(t, s), statedClient(t, s)
+	backup := s.OfflineBackup() // no lease in it, the namespace at a lower revision
+	info, err := standby.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	la, err := lease.Claim(ctx, holder, opts(key, "replica-a", time.Minute)) // no renewal during the test
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var claims, refusals, heldWaits, waits int
+	var rivalRev uint64
+	o := lease.WithHooks(opts(key, "replica-b", 2*time.Second), lease.TestHooks{
+		Wait: func() { // behind replica-a: it releases, and the standby's cache sees the key free
+			if waits++; waits == 1 {
+				if err := la.Release(ctx); err != nil {
+					t.Errorf("release: %v", err)
+				}
+			}
+		},
+		Claim: func() { // a rival takes the key first: the standby's claim is refused
+			if claims++; claims == 1 {
+				lr, err := lease.Claim(ctx, rival, opts(key, "replica-c", time.Minute))
+				if err != nil {
+					t.Errorf("rival claim: %v", err)
+					return
+				}
+				rivalRev = lr.Revision()
+				t.Cleanup(func() { releaseNow(t, lr) }) // void after the restore: nothing to delete
+			}
+		},
+		Held: func() {
+			if refusals++; refusals == 2 { // the rival's refusal: restore before the wait
+				s.Restore(backup)
+			}
+		},
+		HeldWait: func(c *client.Cache) {
+			if heldWaits++; heldWaits == 1 {
+				// Until the standby's cache holds the restored store's epoch.
+				if err := c.WaitForRevisionIn(ctx, info.Epoch, math.MaxUint64); !errors.Is(err, client.ErrEpochChanged) {
+					t.Errorf("the standby's cache did not move to the restored epoch: %v", err)
+				}
+			}
+		},
+	})
+	cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
+	defer ccancel()
+	lb, err := lease.Campaign(cctx, standby, o)
+	if err != nil {
+		t.Fatalf("Campaign refused just before a restore that left the key free: %v (claims %d, refusals %d, waits on a refusal %d, rival at %d)",
+			err, claims, refusals, heldWaits, rivalRev)
+	}
+	t.Cleanup(func() { releaseNow(t, lb) })
+	if refusals != 2 || heldWaits != 1 || rivalRev == 0 {
+		t.Fatalf("claims %d, refusals %d, waits on a refusal %d, rival at %d: not the sequence the test sets up", claims, refusals, heldWaits, rivalRev)
+	}
+	e, err := standby.Get(ctx, ns, key)
+	if err != nil || decodeLease(t, e).Holder != "replica-b" || e.Revision != lb.Revision() || e.Revision >= rivalRev {
+		t.Fatalf("lease entry after the campaign: %+v %v (the rival's claim was at %d, before the restore)", e, err, rivalRev)
 	}
 }
