@@ -406,6 +406,10 @@ func location(path []string) string {
 	var sb strings.Builder
 	for _, tok := range path {
 		sb.WriteByte('/')
+		if forbiddenString(tok) != "" {
+			sb.WriteString(withheldName) // not repeated: see quoteName
+			continue
+		}
 		tok = strings.ReplaceAll(tok, "~", "~0")
 		tok = strings.ReplaceAll(tok, "/", "~1")
 		sb.WriteString(truncate(tok, maxTokenBytes))
@@ -413,8 +417,20 @@ func location(path []string) string {
 	return "at " + strconv.Quote(sb.String())
 }
 
-// quoteName quotes a property name for a message, shortened when long.
-func quoteName(name string) string { return strconv.Quote(truncate(name, maxTokenBytes)) }
+// withheldName stands in a message for a property name the content guard refuses as a string.
+const withheldName = "(withheld name)"
+
+// quoteName quotes a property name for a message, shortened when long. A name the content guard
+// refuses as a string (a PEM block, a data URI, an encoded blob, an SDP, a log) is not repeated, not
+// even in part, whichever check reports it first (an unknown property, a parameters key that is not a
+// service id, a duplicate): messages never echo content the store refuses to hold, and the schema
+// check and the decoder run before the guard would have withheld it.
+func quoteName(name string) string {
+	if why := forbiddenString(name); why != "" {
+		return "(a name that " + why + ")"
+	}
+	return strconv.Quote(truncate(name, maxTokenBytes))
+}
 
 // truncate cuts s to at most n bytes on a rune boundary, marking the cut with "...".
 func truncate(s string, n int) string {

@@ -207,7 +207,8 @@ type passedKey struct {
 }
 
 // passedGeneration bounds the set: it keeps between one and two generations of this many documents
-// (about 100 KB at most), the older dropped whole when the newer fills.
+// (some 4,000 entries of about 120 bytes each, half a megabyte at most), the older dropped whole when
+// the newer fills.
 const passedGeneration = 2048
 
 // passedSet remembers documents that passed, in two generations: a hit in the older one moves to the
