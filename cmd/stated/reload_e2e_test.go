@@ -2,10 +2,14 @@ package main_test
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/internal/e2e"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -68,4 +72,35 @@ func TestE2ESighupNamesWhatWaitsForARestart(t *testing.T) {
 	s.Reload()
 	waitForLog(t, s.Logs, "SIGHUP: principals reloaded")
 	waitForLog(t, s.Logs, "in effect at the next restart: data_dir, nats.watch_sweep_ms")
+}
+
+// TestE2ESighupRefusesBoundsStatedCouldNotStartOn: bounds wait for the next restart, and stated
+// refuses to start on a max_document_bytes that a NATS message could not carry. A SIGHUP of such a
+// file reloaded its principals and logged that the bounds would take effect at the next restart,
+// which would then fail. Like a malformed file, it is refused, with a clear error, and changes
+// nothing: a principal added in the same edit cannot log in. Once the bound is put right, it can.
+func TestE2ESighupRefusesBoundsStatedCouldNotStartOn(t *testing.T) {
+	s := startStated(t)
+	carol := e2e.Principal{ID: "carol", Password: "carol-pw"}
+	s.WriteConfig(e2e.Config{Principals: append(slices.Clone(principals), carol), Extra: "[bounds]\nmax_document_bytes = 2000000\n"})
+	s.Reload()
+	waitForLog(t, s.Logs, "SIGHUP: configuration not reloaded")
+	if !strings.Contains(s.Logs(), "max_payload") {
+		t.Fatalf("the refusal does not say why:\n%s", s.Logs())
+	}
+	if strings.Contains(s.Logs(), "principals reloaded") {
+		t.Fatalf("a refused SIGHUP reloaded the principals:\n%s", s.Logs())
+	}
+	if nc, err := nats.Connect(s.URL(), nats.UserInfo(carol.ID, carol.Password)); err == nil {
+		nc.Close()
+		t.Fatal("a principal of a refused SIGHUP can log in")
+	}
+	s.WriteConfig(e2e.Config{Principals: append(slices.Clone(principals), carol)})
+	s.Reload()
+	waitForLog(t, s.Logs, "SIGHUP: principals reloaded")
+	nc, err := nats.Connect(s.URL(), nats.UserInfo(carol.ID, carol.Password))
+	if err != nil {
+		t.Fatalf("carol after a good SIGHUP: %v", err)
+	}
+	nc.Close()
 }

@@ -185,6 +185,13 @@ func storeOptions(cfg *Config, logger *slog.Logger) (store.Options, error) {
 // Serve runs stated until ctx ends (SIGTERM), reloading principals on every value of hup (SIGHUP).
 func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Writer) error {
 	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// The HTTP address is taken first: one in use fails the start before the store is opened and
+	// NATS takes clients, rather than after stated served them (and committed their writes).
+	ln, err := net.Listen("tcp", cfg.HTTPListen)
+	if err != nil {
+		return fmt.Errorf("http listen %s: %w", cfg.HTTPListen, err)
+	}
+	defer ln.Close() // closed by the HTTP server's Shutdown once it serves; here on every early return
 	if err := cfg.EnsureDataDir(); err != nil {
 		return err
 	}
@@ -280,13 +287,6 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	var stopping atomic.Bool
 	mux.HandleFunc("/readyz", readyz(st, &stopping))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{DisableCompression: true}))
-	ln, err := net.Listen("tcp", cfg.HTTPListen)
-	if err != nil {
-		_ = srv.Stop(context.Background())
-		nc.Close()
-		shutdownNATS()
-		return fmt.Errorf("http listen %s: %w", cfg.HTTPListen, err)
-	}
 	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = httpSrv.Serve(ln) }()
 
@@ -379,6 +379,16 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, internalPass
 		logger.Error("SIGHUP: switching between the dev principal and configured principals needs a restart")
 		return
 	}
+	nb, err := next.BoundsValue() // valid: LoadConfig checked them
+	if err == nil {
+		// A file on which stated could not start again is refused, as a malformed one is: the
+		// bounds wait for the next restart, which would fail on them.
+		err = srv.CheckBounds(nb)
+	}
+	if err != nil {
+		logger.Error("SIGHUP: configuration not reloaded", "err", fmt.Errorf("config %s: bounds: %w", cfg.Path(), err))
+		return
+	}
 	// Only principals are reloaded. The NATS permissions are made for the prefix the server serves:
 	// made for a prefix changed in the file, they would lock every principal out of the running
 	// server's subjects.
@@ -387,10 +397,8 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, internalPass
 			"serving", cfg.SubjectPrefix, "file", next.SubjectPrefix)
 		next.SubjectPrefix = cfg.SubjectPrefix
 	}
-	if nb, err := next.BoundsValue(); err == nil {
-		if cb, err := cfg.BoundsValue(); err == nil && nb != cb {
-			logger.Warn("SIGHUP: bounds changed in the file; they take effect at the next restart")
-		}
+	if cb, err := cfg.BoundsValue(); err == nil && nb != cb {
+		logger.Warn("SIGHUP: bounds changed in the file; they take effect at the next restart")
 	}
 	if changed := cfg.file.changedOnRestart(next.file); len(changed) > 0 {
 		logger.Warn("SIGHUP: changed in the file, in effect at the next restart: " + strings.Join(changed, ", "))

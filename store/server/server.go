@@ -156,6 +156,11 @@ func checkPayload(b wire.Bounds, maxPayload int64) error {
 	return nil
 }
 
+// CheckBounds reports the bounds of b that the NATS server this server is connected to could not
+// carry (see checkPayload): a reload of the configuration can refuse, while the server runs, bounds
+// on which the next start would fail.
+func (s *Server) CheckBounds(b wire.Bounds) error { return checkPayload(b, s.nc.MaxPayload()) }
+
 func principalMap(ps []policy.Principal) (map[string]policy.Principal, error) {
 	m := make(map[string]policy.Principal, len(ps))
 	for _, p := range ps {
@@ -213,7 +218,8 @@ func (s *Server) Principal(id string) (policy.Principal, bool) {
 }
 
 // Start registers the micro service and the heartbeat subscription. It fails if NATS refuses any of
-// their subscriptions to the connection's user (an external server's permissions for stated).
+// their subscriptions to the connection's user (an external server's permissions for stated), or
+// refuses it to publish where the server answers: into inboxes (replies) and on watch subjects.
 func (s *Server) Start() error {
 	if s.opts.BackupDir != "" {
 		if err := os.MkdirAll(s.opts.BackupDir, 0o700); err != nil {
@@ -250,17 +256,29 @@ func (s *Server) Start() error {
 		_ = svc.Stop()
 		return fmt.Errorf("server: heartbeat subscription: %w", err)
 	}
-	// NATS answers a subscription its user may not make with an asynchronous error, which has come
-	// by the time the flush's answer has: a server deaf to requests or heartbeats must not start.
+	// The server publishes replies into the requesters' inboxes (_INBOX.<principal>...) and updates
+	// on the watch subjects: one empty message to each kind of subject, under a token that is no
+	// principal id (so no principal can subscribe there), tells whether its user may.
+	for _, subject := range []string{wire.InboxPrefix(probeToken) + ".probe", wire.WatchSubject(s.opts.Prefix, probeToken, "probe")} {
+		if err := s.nc.Publish(subject, nil); err != nil {
+			_ = svc.Stop()
+			_ = sub.Unsubscribe()
+			return fmt.Errorf("server: publish on %s: %w", subject, err)
+		}
+	}
+	// NATS answers a subscription or a publish its user may not make with an asynchronous error,
+	// which has come by the time the flush's answer has: a server deaf to requests or heartbeats, or
+	// mute to its requesters and watchers, must not start.
 	if err := s.nc.Flush(); err != nil {
 		_ = svc.Stop()
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("server: flush: %w", err)
 	}
-	if err := s.nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), "Subscription") {
+	if err := s.nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) &&
+		(strings.Contains(err.Error(), "Subscription") || strings.Contains(err.Error(), "Publish")) {
 		_ = svc.Stop()
 		_ = sub.Unsubscribe()
-		return fmt.Errorf("server: the NATS user may not subscribe to what the server serves (give it every subject under %s. and $SRV.>): %w",
+		return fmt.Errorf("server: the NATS user may not subscribe to, or publish on, what the server serves (give it every subject under %s., $SRV.> and _INBOX.>): %w",
 			s.opts.Prefix, err)
 	}
 	s.svc, s.hbSub = svc, sub
@@ -270,6 +288,10 @@ func (s *Server) Start() error {
 	}
 	return nil
 }
+
+// probeToken stands for a principal in the subjects Start publishes on to learn whether its NATS user
+// may: it is no principal id, so no principal may subscribe to them.
+const probeToken = "_stated"
 
 // sweep drops, every SweepInterval, the watches whose delivery subject had no subscriber at this look
 // and the one before (see Options.Interest), until the server stops.
