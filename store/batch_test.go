@@ -108,7 +108,7 @@ func TestNoWatchRegistersAfterShutdown(t *testing.T) {
 	s, _ := openT(t, DefaultOptions())
 	s.watches.shutdown(wire.CloseShutdown, "stopping")
 	sink, _ := chanSink(4)
-	_, _, err := s.tryWatch(admin, wire.WatchRequest{WatchID: "w", Namespace: "service/tx"}, sink, false)
+	_, _, _, err := s.tryWatch(admin, wire.WatchRequest{WatchID: "w", Namespace: "service/tx"}, sink, false)
 	wantCode(t, err, wire.CodeUnavailable)
 	if s.Stats().Watches != 0 {
 		t.Fatal("a watch registered after shutdown")

@@ -313,22 +313,30 @@ const maxWatchAttempts = 8
 // revision order with watch_sequence from 1. Leases of the namespace already due are expired first
 // (while the disk refuses commits, the snapshot leaves them out and their EXPIRE comes later).
 func (s *Store) Watch(ctx context.Context, p policy.Principal, req wire.WatchRequest, sink Sink) (*wire.WatchState, error) {
+	ws, _, err := s.Register(ctx, p, req, sink)
+	return ws, err
+}
+
+// Register is Watch, and also returns the WatchRef of the registration it made, for a transport that
+// may have to close that registration, and only it, later (CloseWatchRef): by then the client may
+// have unwatched it and registered the same id again.
+func (s *Store) Register(ctx context.Context, p policy.Principal, req wire.WatchRequest, sink Sink) (*wire.WatchState, WatchRef, error) {
 	if err := s.serving(); err != nil {
-		return nil, err
+		return nil, WatchRef{}, err
 	}
 	if err := req.Validate(); err != nil {
-		return nil, err
+		return nil, WatchRef{}, err
 	}
 	if sink == nil {
-		return nil, wire.Errorf(wire.CodeInvalidArgument, "a watch needs a sink")
+		return nil, WatchRef{}, wire.Errorf(wire.CodeInvalidArgument, "a watch needs a sink")
 	}
 	if err := policy.CheckRead(p, req.Namespace); err != nil {
-		return nil, err
+		return nil, WatchRef{}, err
 	}
 	for attempt := 1; ; attempt++ {
-		ws, retry, err := s.tryWatch(p, req, sink, attempt < maxWatchAttempts)
+		ws, ref, retry, err := s.tryWatch(p, req, sink, attempt < maxWatchAttempts)
 		if !retry {
-			return ws, err
+			return ws, ref, err
 		}
 		r := s.submit(ctx, &mutation{kind: mutBarrier})
 		switch {
@@ -338,22 +346,22 @@ func (s *Store) Watch(ctx context.Context, p policy.Principal, req wire.WatchReq
 			// a read, served from memory like Get, which a full disk does not stop: take it
 			// without them (entries whose deadline passed are left out of it, and their EXPIRE
 			// follows once a commit succeeds).
-			ws, _, err := s.tryWatch(p, req, sink, false)
-			return ws, err
+			ws, ref, _, err := s.tryWatch(p, req, sink, false)
+			return ws, ref, err
 		default:
-			return nil, r.err
+			return nil, WatchRef{}, r.err
 		}
 	}
 }
 
-func (s *Store) tryWatch(p policy.Principal, req wire.WatchRequest, sink Sink, mayWait bool) (*wire.WatchState, bool, error) {
+func (s *Store) tryWatch(p policy.Principal, req wire.WatchRequest, sink Sink, mayWait bool) (*wire.WatchState, WatchRef, bool, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	now := s.nowMs()
 	// SPEC section 6: the namespace's due leases are expired before its snapshot (not others': a
 	// watch does not wait on, nor fail with, commits it does not need).
 	if mayWait && (s.expiring[req.Namespace] || s.deadlines.dueIn(req.Namespace, now)) {
-		return nil, true, nil
+		return nil, WatchRef{}, true, nil
 	}
 	r := &s.watches
 	r.mu.Lock()
@@ -361,7 +369,7 @@ func (s *Store) tryWatch(p policy.Principal, req wire.WatchRequest, sink Sink, m
 	k := watchKey{principal: p.ID, id: req.WatchID}
 	p, err := r.admitLocked(k, p, req.Namespace)
 	if err != nil {
-		return nil, false, err
+		return nil, WatchRef{}, false, err
 	}
 	ws := &wire.WatchState{WatchID: req.WatchID, Namespace: req.Namespace, KeyPrefix: req.KeyPrefix, Entries: []wire.Entry{}}
 	if sp := s.spaces[req.Namespace]; sp != nil {
@@ -379,15 +387,16 @@ func (s *Store) tryWatch(p policy.Principal, req wire.WatchRequest, sink Sink, m
 			return true
 		})
 		if tooBroad {
-			return nil, false, wire.Errorf(wire.CodeWatchTooBroad, "more than %d entries match (max_snapshot_entries); narrow the prefix", s.opts.Bounds.MaxSnapshotEntries)
+			return nil, WatchRef{}, false, wire.Errorf(wire.CodeWatchTooBroad, "more than %d entries match (max_snapshot_entries); narrow the prefix", s.opts.Bounds.MaxSnapshotEntries)
 		}
 	}
 	if size := snapshotSize(req.RequestID, ws); size > s.opts.Bounds.MaxSnapshotBytes {
-		return nil, false, wire.Errorf(wire.CodeWatchTooBroad, "the snapshot encodes to %d bytes (max_snapshot_bytes %d); narrow the prefix", size, s.opts.Bounds.MaxSnapshotBytes)
+		return nil, WatchRef{}, false, wire.Errorf(wire.CodeWatchTooBroad, "the snapshot encodes to %d bytes (max_snapshot_bytes %d); narrow the prefix", size, s.opts.Bounds.MaxSnapshotBytes)
 	}
-	r.addLocked(&watch{key: k, principal: p, ns: req.Namespace, prefix: req.KeyPrefix, sink: sink,
-		sentAt: make([]int64, s.opts.Bounds.MaxPendingUpdates)})
-	return ws, false, nil
+	w := &watch{key: k, principal: p, ns: req.Namespace, prefix: req.KeyPrefix, sink: sink,
+		sentAt: make([]int64, s.opts.Bounds.MaxPendingUpdates)}
+	r.addLocked(w)
+	return ws, WatchRef{Principal: k.principal, WatchID: k.id, serial: w.serial}, false, nil
 }
 
 // snapshotSize is the length of the encoded watch reply: the StateStoreResult of request requestID
@@ -482,12 +491,21 @@ func (s *Store) DropWatch(ref WatchRef) bool {
 	r := &s.watches
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w := r.byID[watchKey{principal: ref.Principal, id: ref.WatchID}]
-	if w == nil || w.serial != ref.serial {
+	w := r.refLocked(ref)
+	if w == nil {
 		return false
 	}
 	r.removeLocked(w)
 	return true
+}
+
+// refLocked returns the live registration ref names, or nil.
+func (r *registry) refLocked(ref WatchRef) *watch {
+	w := r.byID[watchKey{principal: ref.Principal, id: ref.WatchID}]
+	if w == nil || w.serial != ref.serial {
+		return nil
+	}
+	return w
 }
 
 // ReloadPrincipals re-evaluates every live watch against the principals lookup returns (false: the
@@ -514,8 +532,23 @@ func (s *Store) ReloadPrincipals(lookup func(id string) (policy.Principal, bool)
 // CloseWatches closes every live watch with reason (RESTORED, SNAPSHOT_FAILED, ...).
 func (s *Store) CloseWatches(reason wire.CloseReason, msg string) { s.watches.closeAll(reason, msg) }
 
-// CloseWatch closes one watch with reason, for a transport that could not deliver its snapshot
-// (SNAPSHOT_FAILED). It reports whether the watch was live.
+// CloseWatchRef closes the watch registration ref names with reason, for a transport that could not
+// deliver its snapshot (SNAPSHOT_FAILED), and reports whether it was still live; a later registration
+// with the same id is left alone.
+func (s *Store) CloseWatchRef(ref WatchRef, reason wire.CloseReason, msg string) bool {
+	r := &s.watches
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.refLocked(ref)
+	if w == nil {
+		return false
+	}
+	r.closeLocked(w, reason, msg)
+	return true
+}
+
+// CloseWatch closes the live watch of p with id watchID, whichever registration it is, with reason. It
+// reports whether there was one. A transport closing a registration it made uses CloseWatchRef.
 func (s *Store) CloseWatch(p policy.Principal, watchID string, reason wire.CloseReason, msg string) bool {
 	r := &s.watches
 	r.mu.Lock()

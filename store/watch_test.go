@@ -546,3 +546,44 @@ func TestWatchSnapshotWhileTheDiskRefusesCommits(t *testing.T) {
 		t.Fatalf("first update %+v, want the lease's EXPIRE at revision %d", m, lease.Revision+2)
 	}
 }
+
+// CloseWatchRef closes the registration Register made, and only that one: once the client has
+// unwatched it and watched the id again, the new registration is left alone (a transport that could
+// not deliver the first one's snapshot closes it SNAPSHOT_FAILED).
+func TestCloseWatchRefNamesOneRegistration(t *testing.T) {
+	s, _ := openT(t, DefaultOptions())
+	ctx := ctxT(t)
+	sink, ch := chanSink(8)
+	_, old, err := s.Register(ctx, admin, wire.WatchRequest{WatchID: "w", Namespace: "service/tx"}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refs := s.LiveWatches(); len(refs) != 1 || refs[0] != old {
+		t.Fatalf("LiveWatches = %+v, Register returned %+v", refs, old)
+	}
+	if err := s.Unwatch(ctx, admin, wire.UnwatchRequest{WatchID: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	sink2, ch2 := chanSink(8)
+	_, cur, err := s.Register(ctx, admin, wire.WatchRequest{WatchID: "w", Namespace: "service/tx"}, sink2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CloseWatchRef(old, wire.CloseSnapshotFailed, "test") {
+		t.Fatal("the first registration's ref closed the second")
+	}
+	mustPut(t, s, admin, putLease("service/tx", "k"))
+	if m := recv(t, ch2); m.Event == nil || m.Sequence != 1 {
+		t.Fatalf("the second registration got %+v", m)
+	}
+	noMessage(t, ch)
+	if !s.CloseWatchRef(cur, wire.CloseSnapshotFailed, "test") {
+		t.Fatal("CloseWatchRef of the live registration reported false")
+	}
+	if m := recv(t, ch2); m.Closed == nil || m.Closed.Reason != wire.CloseSnapshotFailed {
+		t.Fatalf("the second registration got %+v, want its SNAPSHOT_FAILED close", m)
+	}
+	if s.CloseWatchRef(cur, wire.CloseSnapshotFailed, "test") || len(s.LiveWatches()) != 0 {
+		t.Fatal("a closed registration was closed again, or is still live")
+	}
+}

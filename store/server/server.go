@@ -864,13 +864,14 @@ func checkShape(op wire.Op, data []byte) (int64, error) {
 func (s *Server) watch(ctx context.Context, p policy.Principal, r wire.WatchRequest) (int64, wire.Result, func(error)) {
 	subject := wire.WatchSubject(s.opts.Prefix, p.ID, r.WatchID)
 	g := &gate{nc: s.nc, subject: subject}
-	ws, err := s.st.Watch(ctx, p, r, g.sink)
+	ws, ref, err := s.st.Register(ctx, p, r, g.sink)
 	if err != nil {
 		return r.RequestID, errorResult(r.RequestID, err), nil
 	}
 	after := func(respErr error) {
 		if respErr != nil {
-			s.st.CloseWatch(p, r.WatchID, wire.CloseSnapshotFailed, "the snapshot reply could not be delivered: "+respErr.Error())
+			// This registration only: the client may have unwatched it and watched the id again.
+			s.st.CloseWatchRef(ref, wire.CloseSnapshotFailed, "the snapshot reply could not be delivered: "+respErr.Error())
 		}
 		g.open()
 	}
