@@ -95,7 +95,9 @@ func WithRequestTimeout(d time.Duration) Option {
 // Commands sends media commands as one principal. The media server takes the principal from the
 // subject token, which NATS permits only to that principal's user, so nc must be authenticated as
 // principal (and, under the state server's permissions, use the inbox prefix `_INBOX.<principal>`).
-// It is safe for concurrent use.
+// Subscribe and StartPublication are not sent while nc is disconnected: they fail at once, wrapping
+// nats.ErrConnectionReconnecting, rather than wait in nats.go's reconnect buffer and reach the media
+// server after their caller gave up. It is safe for concurrent use.
 type Commands struct {
 	nc        *nats.Conn
 	principal string
@@ -131,14 +133,25 @@ func (c *Commands) Principal() string { return c.principal }
 // (stale session, offline source), ErrVariantNotReady (no such variant or not READY),
 // ErrInvalidArgument.
 func (c *Commands) Subscribe(ctx context.Context, req SubscribeRequest) (SubscribeReply, error) {
+	rep, err := c.subscribe(ctx, req)
+	if err != nil {
+		return SubscribeReply{}, err
+	}
+	return rep, nil
+}
+
+// subscribe is Subscribe, except that an ok reply lacking its variant_id comes back with the error
+// and the subscription_id it names, for SubscribeOrUndo to end.
+func (c *Commands) subscribe(ctx context.Context, req SubscribeRequest) (SubscribeReply, error) {
 	r, err := c.call(ctx, CommandSubscribe, req)
 	if err != nil {
 		return SubscribeReply{}, err
 	}
+	rep := SubscribeReply{SubscriptionID: r.SubscriptionID, VariantID: r.VariantID}
 	if r.SubscriptionID == "" || r.VariantID == "" {
-		return SubscribeReply{}, fmt.Errorf("capabilities: subscribe reply lacks subscription_id or variant_id")
+		return rep, fmt.Errorf("capabilities: subscribe reply lacks subscription_id or variant_id (%+v)", rep)
 	}
-	return SubscribeReply{SubscriptionID: r.SubscriptionID, VariantID: r.VariantID}, nil
+	return rep, nil
 }
 
 // Unsubscribe ends a subscription. ErrSubscriptionNotFound when the principal holds no such
@@ -155,6 +168,16 @@ func (c *Commands) Unsubscribe(ctx context.Context, subscriptionID string) error
 // ErrInvalidArgument. Starting a variant the principal already publishes takes it over: the reply
 // carries a new publication id and the old one is gone.
 func (c *Commands) StartPublication(ctx context.Context, req StartPublicationRequest) (StartPublicationReply, error) {
+	rep, err := c.startPublication(ctx, req)
+	if err != nil {
+		return StartPublicationReply{}, err
+	}
+	return rep, nil
+}
+
+// startPublication is StartPublication, except that an ok reply lacking its variant_id comes back
+// with the error and the publication_id it names, for StartPublicationOrUndo to stop.
+func (c *Commands) startPublication(ctx context.Context, req StartPublicationRequest) (StartPublicationReply, error) {
 	if !ValidRecordingMode(req.RecordingMode) {
 		return StartPublicationReply{}, Errorf(CodeRecordingModeInvalid,
 			"recording_mode %q is not one of inherit, disabled, required (not sent)", req.RecordingMode)
@@ -163,10 +186,11 @@ func (c *Commands) StartPublication(ctx context.Context, req StartPublicationReq
 	if err != nil {
 		return StartPublicationReply{}, err
 	}
+	rep := StartPublicationReply{PublicationID: r.PublicationID, VariantID: r.VariantID}
 	if r.PublicationID == "" || r.VariantID == "" {
-		return StartPublicationReply{}, fmt.Errorf("capabilities: start_publication reply lacks publication_id or variant_id")
+		return rep, fmt.Errorf("capabilities: start_publication reply lacks publication_id or variant_id (%+v)", rep)
 	}
-	return StartPublicationReply{PublicationID: r.PublicationID, VariantID: r.VariantID}, nil
+	return rep, nil
 }
 
 // StopPublication ends a publication; its variant leaves the capabilities. ErrPublicationNotFound when
@@ -178,7 +202,8 @@ func (c *Commands) StopPublication(ctx context.Context, publicationID string) er
 }
 
 // call sends body as cmd and returns the ok reply, the reply's *Error, or a transport or protocol
-// error (wrapped; no media server answering wraps nats.ErrNoResponders).
+// error (wrapped; no media server answering wraps nats.ErrNoResponders; a subscribe or
+// start_publication while the connection is down is not sent and wraps nats.ErrConnectionReconnecting).
 func (c *Commands) call(ctx context.Context, cmd Command, body any) (Reply, error) {
 	data, err := json.Marshal(body)
 	if err != nil {
@@ -190,6 +215,20 @@ func (c *Commands) call(ctx context.Context, cmd Command, body any) (Reply, erro
 		defer cancel()
 	}
 	subj := CommandSubject(c.prefix, c.principal, cmd)
+	if (cmd == CommandSubscribe || cmd == CommandStartPublication) && !c.nc.IsConnected() {
+		// nats.go keeps what is published while the connection is down in its reconnect buffer and
+		// sends it once the connection is back, maybe long after the caller gave up: the media server
+		// would then make a subscription or a publication nobody knows of, which holds its variant
+		// for good. A command that makes something is therefore sent only over a connection that is
+		// up (a connection lost between this check and the send still buffers it: connect with
+		// nats.ReconnectBufSize(-1), as store/client.Connect does, to close that gap). unsubscribe and
+		// stop_publication name what they end and are harmless late, so they may wait in the buffer.
+		down := nats.ErrConnectionReconnecting
+		if c.nc.IsClosed() {
+			down = nats.ErrConnectionClosed
+		}
+		return Reply{}, fmt.Errorf("capabilities: %s not sent on %s: the NATS connection is down: %w", cmd, subj, down)
+	}
 	msg, err := c.nc.RequestWithContext(ctx, subj, data)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {

@@ -26,7 +26,8 @@
 // A failed reply becomes a *Error carrying its code, so callers write
 // errors.Is(err, capabilities.ErrPublicationConflict). Commands refuses, without sending anything, a
 // StartPublication whose recording_mode is missing or unknown: a zero-value StartPublication must
-// never reach the media server.
+// never reach the media server; nor does a subscribe or start_publication made while the NATS
+// connection is down (it is refused, not buffered until the connection is back).
 //
 // This package imports nothing of the state store; capabilities/sim is a media server simulator that
 // speaks the same subjects, for tests and demos.

@@ -160,7 +160,8 @@ func NewTracker(nc *nats.Conn, opts TrackerOptions) *Tracker {
 }
 
 // Start subscribes to capability changes and fetches the capabilities, retrying with backoff until a
-// snapshot is installed. It returns nil once the first snapshot is in; if ctx ends first, the
+// snapshot is installed. It returns nil once the first snapshot is in (stale, see Stale, when it
+// answers a fetch sent before another found no media server answering); if ctx ends first, the
 // subscription fails or the NATS connection is closed, it stops the tracker and returns the error
 // (ErrTrackerStopped wrapping nats.ErrConnectionClosed for the last). ctx bounds only this wait: the
 // tracker runs until Stop. Start may be called once.
@@ -585,11 +586,12 @@ func isJSONObject(data []byte) bool {
 // whether caps confirms the snapshot held (it is now the one held, or has its generation). live is
 // false for an answer sent before a later fetch found no media server answering: it is news (a newer
 // generation is installed) but no sign that the media server is there, so a stale snapshot stays
-// stale and nothing is confirmed.
+// stale, a first snapshot is installed stale (there was none to make stale when the media server
+// was found gone, and no fetch has succeeded since), and nothing is confirmed.
 func (t *Tracker) accept(caps *ServerCapabilities, live bool) (confirmed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	keepStale := t.stale && !live
+	keepStale := !live && (t.stale || t.caps == nil)
 	if t.installLocked(caps, keepStale) {
 		return !keepStale
 	}

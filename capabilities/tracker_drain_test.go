@@ -121,3 +121,68 @@ func TestTrackerAnEarlierAnswerDoesNotReviveAGoneMediaServer(t *testing.T) {
 		})
 	}
 }
+
+// The same holds before the first snapshot: the first fetch is held by a media server that then
+// stops, a later fetch finds nobody answering caps.v1.get, and the held fetch is answered after that.
+// There was no snapshot to make stale when the media server was found gone, but the answer still
+// predates that finding: it is installed (Start returns) stale, its sources offline, not current.
+func TestTrackerAFirstAnswerFromAGoneMediaServerIsStale(t *testing.T) {
+	v := capabilities.Variant{VariantID: "original", Codec: "h264", Width: 1920, Height: 1080, State: capabilities.StateReady}
+	get := capabilities.GetSubject(capabilities.DefaultPrefix)
+	url := startNATS(t)
+	srvNC := connect(t, url)
+	held := make(chan *nats.Msg, 8)
+	sub, err := srvNC.Subscribe(get, func(m *nats.Msg) { held <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srvNC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	fetches := newFetchLog()
+	tr := capabilities.NewTracker(connect(t, url), capabilities.TrackerOptions{ResyncInterval: -1, FetchTimeout: time.Hour})
+	capabilities.SetFetchHook(tr, fetches.hook)
+	t.Cleanup(tr.Stop)
+	started := make(chan error, 1)
+	go func() { started <- tr.Start(ctxT(t)) }()
+	var m *nats.Msg
+	select {
+	case m = <-held:
+	case <-time.After(testTimeout):
+		t.Fatal("the first fetch did not arrive")
+	}
+	if err := sub.Unsubscribe(); err != nil { // the media server stops serving caps.v1.get
+		t.Fatal(err)
+	}
+	if err := srvNC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	tr.Refresh() // finds nobody
+	if f := fetches.next(t); !errors.Is(f.err, nats.ErrNoResponders) {
+		t.Fatalf("fetch with the media server gone: %+v; want no responders", f)
+	}
+	if err := m.Respond([]byte(capsJSON(t, oneSource(1, "sess-1", true, v)))); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-started; err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if _, online, ok := tr.Resolve("front-door"); !ok || online || !tr.Stale() {
+		t.Fatalf("first snapshot answered by a media server found gone since: front-door known %v online %v, stale %v; want it known, offline, stale",
+			ok, online, tr.Stale())
+	}
+
+	// The media server is back: a fetch sent now is answered, and the snapshot is current.
+	if _, err := srvNC.Subscribe(get, func(m *nats.Msg) {
+		_ = m.Respond([]byte(capsJSON(t, oneSource(1, "sess-1", true, v))))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srvNC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	tr.Refresh()
+	if _, err := tr.WaitReady(ctxT(t), "front-door", "video", "original"); err != nil || tr.Stale() {
+		t.Fatalf("media server back: WaitReady %v, stale %v", err, tr.Stale())
+	}
+}

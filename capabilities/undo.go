@@ -15,36 +15,41 @@ const LateAnswerWait = time.Minute
 // as ctx allows, at most the request timeout. A subscribe given up on is not forgotten: the media
 // server still makes the subscription when it gets to it, and nobody would know to end it (each
 // retry would add one more). It is followed to its answer, for LateAnswerWait at most, and the
-// subscription a late answer names is ended; a failure to end it goes to onUndoErr (nil: dropped).
+// subscription a late answer names is ended, as is one named by an answer that fails for lacking
+// its variant_id; a failure to end it goes to onUndoErr (nil: dropped).
 func (c *Commands) SubscribeOrUndo(ctx context.Context, req SubscribeRequest, onUndoErr func(error)) (SubscribeReply, error) {
 	return orUndo(ctx, c.timeout, CommandSubscribe,
-		func(ctx context.Context) (SubscribeReply, error) { return c.Subscribe(ctx, req) },
+		func(ctx context.Context) (SubscribeReply, error) { return c.subscribe(ctx, req) },
+		func(rep SubscribeReply) bool { return rep.SubscriptionID != "" },
 		func(ctx context.Context, rep SubscribeReply) error {
 			if err := c.Unsubscribe(ctx, rep.SubscriptionID); err != nil && !errors.Is(err, ErrSubscriptionNotFound) {
-				return fmt.Errorf("capabilities: subscription %s answered after the subscribe was given up on, not ended: %w", rep.SubscriptionID, err)
+				return fmt.Errorf("capabilities: subscription %s, answered after the subscribe was given up on or incompletely, not ended: %w", rep.SubscriptionID, err)
 			}
 			return nil
 		}, onUndoErr)
 }
 
 // StartPublicationOrUndo is StartPublication for a caller that may stop waiting, as SubscribeOrUndo
-// is Subscribe's: the publication a late answer names is stopped by its id (one a later start took
-// over already is not found, which is fine), or it would hold its variant for good.
+// is Subscribe's: the publication a late answer names (or an answer that fails for lacking its
+// variant_id) is stopped by its id (one a later start took over already is not found, which is
+// fine), or it would hold its variant for good.
 func (c *Commands) StartPublicationOrUndo(ctx context.Context, req StartPublicationRequest, onUndoErr func(error)) (StartPublicationReply, error) {
 	return orUndo(ctx, c.timeout, CommandStartPublication,
-		func(ctx context.Context) (StartPublicationReply, error) { return c.StartPublication(ctx, req) },
+		func(ctx context.Context) (StartPublicationReply, error) { return c.startPublication(ctx, req) },
+		func(rep StartPublicationReply) bool { return rep.PublicationID != "" },
 		func(ctx context.Context, rep StartPublicationReply) error {
 			if err := c.StopPublication(ctx, rep.PublicationID); err != nil && !errors.Is(err, ErrPublicationNotFound) {
-				return fmt.Errorf("capabilities: publication %s answered after the start was given up on, not stopped: %w", rep.PublicationID, err)
+				return fmt.Errorf("capabilities: publication %s, answered after the start was given up on or incompletely, not stopped: %w", rep.PublicationID, err)
 			}
 			return nil
 		}, onUndoErr)
 }
 
 // orUndo runs do, waiting for its answer while ctx allows and at most timeout; an answer that comes
-// after that, within LateAnswerWait, is undone.
+// after that, within LateAnswerWait, is undone, as is one that fails while naming what it made (made
+// tells; do returns such a reply with its error).
 func orUndo[R any](ctx context.Context, timeout time.Duration, cmd Command, do func(context.Context) (R, error),
-	undo func(context.Context, R) error, onUndoErr func(error)) (R, error) {
+	made func(R) bool, undo func(context.Context, R) error, onUndoErr func(error)) (R, error) {
 	var zero R
 	if err := ctx.Err(); err != nil {
 		return zero, err
@@ -67,20 +72,8 @@ func orUndo[R any](ctx context.Context, timeout time.Duration, cmd Command, do f
 		rep, err := do(rctx)
 		done <- answer{rep, err}
 	}()
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	var err error
-	select {
-	case a := <-done:
-		return a.rep, a.err
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-timer.C:
-		err = fmt.Errorf("capabilities: %s: no answer within %v: %w", cmd, wait, context.DeadlineExceeded)
-	}
-	go func() {
-		a := <-done
-		if a.err != nil {
+	undoLater := func(a answer) {
+		if !made(a.rep) {
 			return
 		}
 		uctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -88,6 +81,22 @@ func orUndo[R any](ctx context.Context, timeout time.Duration, cmd Command, do f
 		if uerr := undo(uctx, a.rep); uerr != nil && onUndoErr != nil {
 			onUndoErr(uerr)
 		}
-	}()
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var err error
+	select {
+	case a := <-done:
+		if a.err != nil {
+			go undoLater(a) // an ok reply that names what it made but lacks the rest
+			return zero, a.err
+		}
+		return a.rep, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-timer.C:
+		err = fmt.Errorf("capabilities: %s: no answer within %v: %w", cmd, wait, context.DeadlineExceeded)
+	}
+	go func() { undoLater(<-done) }()
 	return zero, err
 }

@@ -134,3 +134,46 @@ func TestOrUndoWaitsAtMostTheRequestTimeout(t *testing.T) {
 		t.Fatalf("%d started, %d stopped, undo errors %v; want the late publication started and stopped", started, stopped, undoErrs)
 	}
 }
+
+// An ok answer that names what it made but lacks its variant_id fails the command, and SubscribeOrUndo
+// and StartPublicationOrUndo then end what it names: the caller, left with an error, could never do
+// it, and the subscription or publication would stay for good.
+func TestOrUndoEndsWhatAnIncompleteAnswerMade(t *testing.T) {
+	url := startNATS(t)
+	srv := newCannedServer(t, url)
+	c, err := capabilities.NewCommands(connect(t, url), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := func(cmd capabilities.Command) string {
+		return capabilities.CommandSubject(capabilities.DefaultPrefix, "alice", cmd)
+	}
+	srv.answer(t, subj(capabilities.CommandSubscribe), `{"ok":true,"subscription_id":"sub-1"}`)
+	srv.answer(t, subj(capabilities.CommandUnsubscribe), `{"ok":true}`)
+	srv.answer(t, subj(capabilities.CommandStartPublication), `{"publication_id":"pub-1"}`)
+	srv.answer(t, subj(capabilities.CommandStopPublication), `{}`)
+	var mu sync.Mutex
+	var undoErrs []error
+	onUndo := func(err error) { mu.Lock(); undoErrs = append(undoErrs, err); mu.Unlock() }
+
+	if rep, err := c.SubscribeOrUndo(ctxT(t), capabilities.SubscribeRequest{SessionID: "sess-1", StreamID: "video"}, onUndo); err == nil || rep != (capabilities.SubscribeReply{}) {
+		t.Errorf("SubscribeOrUndo answered without a variant_id = %+v, %v; want an error", rep, err)
+	}
+	srv.await(t, subj(capabilities.CommandUnsubscribe), 1)
+	if rep, err := c.StartPublicationOrUndo(ctxT(t), capabilities.StartPublicationRequest{SessionID: "sess-1", StreamID: "video",
+		VariantID: "browser-h264-720p", OutputProfile: "browser-h264-720p", RecordingMode: capabilities.RecordingModeDisabled}, onUndo); err == nil || rep != (capabilities.StartPublicationReply{}) {
+		t.Errorf("StartPublicationOrUndo answered without a variant_id = %+v, %v; want an error", rep, err)
+	}
+	srv.await(t, subj(capabilities.CommandStopPublication), 1)
+	srv.mu.Lock()
+	unsub, stop := srv.got[subj(capabilities.CommandUnsubscribe)], srv.got[subj(capabilities.CommandStopPublication)]
+	srv.mu.Unlock()
+	if len(unsub) != 1 || unsub[0] != `{"subscription_id":"sub-1"}` || len(stop) != 1 || stop[0] != `{"publication_id":"pub-1"}` {
+		t.Errorf("undone with unsubscribe %q and stop_publication %q; want sub-1 and pub-1 ended", unsub, stop)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if undoErrs != nil {
+		t.Errorf("undo errors %v", undoErrs)
+	}
+}

@@ -39,7 +39,8 @@ type Options struct {
 	Failing []VariantRef
 	// Logger logs every command and its outcome at Info, and publishing failures. Default: discard.
 	Logger *slog.Logger
-	// After is the generation the simulator counts on from: Start announces After+1. Generations only
+	// After is the generation the simulator counts on from: Start announces After+1 (or later, by one
+	// per change made before Start: AddSource, SetOnline). Generations only
 	// grow (SPEC section 12), across restarts too: a simulator that replaces another must start after
 	// the generations it announced (cmd/mediasim uses the clock). Default 0.
 	After uint64
@@ -149,9 +150,18 @@ type Sim struct {
 	natsSubs   []*nats.Subscription
 	timers     sync.WaitGroup // ready timers scheduled and not stopped
 	cmdDelay   time.Duration  // SetCommandDelay
-	pending    int            // commands received and not yet answered
-	handling   sync.WaitGroup // commands being handled; Stop waits for them
-	halt       chan struct{}  // closed by Stop: delayed commands are dropped
+	pending    int            // commands received and not yet answered: queued or being served
+	handling   sync.WaitGroup // caps.v1.get requests being answered; Stop waits for them
+	serving    sync.WaitGroup // the command queues' goroutines; Stop waits for them
+	halt       chan struct{}  // closed by Stop: queued and delayed commands are dropped
+}
+
+// commandQueue holds the commands of one kind received and not yet taken up, in arrival order. The
+// NATS handler only appends to it, so every command received is counted (Pending) at once, not
+// only once the NATS client hands it over after the one before it was served.
+type commandQueue struct {
+	waiting []*nats.Msg   // guarded by Sim.mu
+	wake    chan struct{} // cap 1: waiting grew
 }
 
 type source struct {
@@ -272,7 +282,9 @@ func newID(prefix string) string {
 }
 
 // Start subscribes to the capability request and command subjects and announces the first generation
-// (Options.After+1); when it returns, the NATS server has both. It fails on invalid options, a second call, or a failed subscription (then nothing is served).
+// (Options.After+1, unless changes were made before Start); when it returns, the NATS server has both.
+// It fails on invalid options, a second call, or a failed subscription (then nothing is served). Call
+// Stop when done: it ends the goroutines that serve the commands.
 func (s *Sim) Start(ctx context.Context) error {
 	if s.optErr != nil {
 		return s.optErr
@@ -284,8 +296,11 @@ func (s *Sim) Start(ctx context.Context) error {
 	}
 	s.started = true
 	handlers := map[string]nats.MsgHandler{capabilities.GetSubject(s.prefix): s.handleGet}
+	var queues []*commandQueue
 	for _, cmd := range capabilities.AllCommands() {
-		handlers[capabilities.CommandWildcard(s.prefix, cmd)] = s.handleCommand
+		q := &commandQueue{wake: make(chan struct{}, 1)}
+		queues = append(queues, q)
+		handlers[capabilities.CommandWildcard(s.prefix, cmd)] = func(m *nats.Msg) { s.receive(q, m) }
 	}
 	for subj, h := range handlers {
 		sub, err := s.nc.Subscribe(subj, h)
@@ -308,6 +323,12 @@ func (s *Sim) Start(ctx context.Context) error {
 		s.stopped = true
 		return fmt.Errorf("sim: flush: %w", err)
 	}
+	// Each kind is served in arrival order, the kinds concurrently (commands received meanwhile wait
+	// in their queue: Start holds s.mu).
+	for _, q := range queues {
+		s.serving.Add(1)
+		go s.serve(q)
+	}
 	return nil
 }
 
@@ -320,7 +341,8 @@ func (s *Sim) unsubscribeLocked() {
 
 // Stop unsubscribes (and flushes, so that the NATS server has dropped the subscriptions when Stop
 // returns), stops every pending READY timer, waiting for any that is running, and drops the commands
-// still waiting out a command delay (unanswered), waiting for the commands being handled. The state
+// still queued or waiting out a command delay (unanswered), waiting for the commands being handled
+// and for its goroutines to end. The state
 // stays inspectable, and changes made to it afterwards are announced to nobody. Stop may be called
 // more than once.
 func (s *Sim) Stop() {
@@ -328,6 +350,7 @@ func (s *Sim) Stop() {
 	if s.stopped {
 		s.mu.Unlock()
 		s.timers.Wait()
+		s.serving.Wait()
 		return
 	}
 	s.stopped = true
@@ -343,6 +366,7 @@ func (s *Sim) Stop() {
 	}
 	s.timers.Wait() // timer callbacks already running find s.stopped and return
 	s.handling.Wait()
+	s.serving.Wait() // the queues' goroutines drop what they hold, unanswered
 }
 
 // bumpLocked advances the generation and announces it (unless suppressed, or not serving: before
@@ -359,7 +383,8 @@ func (s *Sim) bumpLocked(why string) {
 	s.log.Debug("sim: changed", "generation", s.generation, "why", why)
 }
 
-// Generation returns the current generation (0 before Start).
+// Generation returns the current generation: before Start, Options.After plus one per change made
+// since New (none of them announced).
 func (s *Sim) Generation() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -666,9 +691,10 @@ func (s *Sim) handleGet(m *nats.Msg) {
 	}
 }
 
-// SetCommandDelay makes every media command received from now on wait d before it is carried out and
-// answered, as on a slow or overloaded media server (0: at once). Commands of different kinds are
-// served concurrently, each kind in arrival order.
+// SetCommandDelay makes every media command taken up from now on (those already queued included)
+// wait d before it is carried out and answered, as on a slow or overloaded media server (0: at once).
+// Commands of different kinds are served concurrently, each kind in arrival order: a command waits
+// for the ones of its kind received before it, and then for its own delay.
 func (s *Sim) SetCommandDelay(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -676,36 +702,73 @@ func (s *Sim) SetCommandDelay(d time.Duration) {
 }
 
 // Pending returns how many media commands were received and are not answered yet (see
-// SetCommandDelay).
+// SetCommandDelay): the one of each kind being served and those queued behind it. A command is no
+// longer pending once its outcome is recorded (Commands), before its reply is sent; after Stop none
+// is.
 func (s *Sim) Pending() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pending
 }
 
-// handleCommand serves one media command.
-func (s *Sim) handleCommand(m *nats.Msg) {
+// receive queues a media command (the NATS handler of a command subject).
+func (s *Sim) receive(q *commandQueue, m *nats.Msg) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.stopped {
-		s.mu.Unlock()
-		return
+		return // a stopped server answers nothing
 	}
-	delay := s.cmdDelay
+	q.waiting = append(q.waiting, m)
 	s.pending++
-	s.handling.Add(1)
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.pending--
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// serve serves the commands of q, one at a time in arrival order, until Stop; it drops those left
+// unanswered.
+func (s *Sim) serve(q *commandQueue) {
+	defer s.serving.Done()
+	s.mu.Lock()
+	for {
+		if s.stopped {
+			s.pending -= len(q.waiting)
+			q.waiting = nil
+			s.mu.Unlock()
+			return
+		}
+		if len(q.waiting) == 0 {
+			s.mu.Unlock()
+			select {
+			case <-q.wake:
+			case <-s.halt:
+			}
+			s.mu.Lock()
+			continue
+		}
+		m := q.waiting[0]
+		q.waiting[0] = nil
+		q.waiting = q.waiting[1:]
+		delay := s.cmdDelay
 		s.mu.Unlock()
-		s.handling.Done()
-	}()
+		s.handleCommand(m, delay)
+		s.mu.Lock()
+	}
+}
+
+// handleCommand serves one media command taken from its queue, after delay; it is no longer pending
+// once answered or dropped.
+func (s *Sim) handleCommand(m *nats.Msg, delay time.Duration) {
 	if delay > 0 {
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
 		case <-s.halt:
 			t.Stop()
+			s.mu.Lock()
+			s.pending--
+			s.mu.Unlock()
 			return // a stopped server answers nothing
 		}
 	}
@@ -716,6 +779,7 @@ func (s *Sim) handleCommand(m *nats.Msg) {
 	}
 	var reply capabilities.Reply
 	s.mu.Lock()
+	s.pending--
 	if s.stopped {
 		s.mu.Unlock()
 		return // a stopped server answers nothing

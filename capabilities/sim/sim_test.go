@@ -541,3 +541,39 @@ func TestStopStopsAnnouncing(t *testing.T) {
 		t.Errorf("generation %d after two changes of the stopped simulator, want 3 (its state goes on)", g)
 	}
 }
+
+// Pending counts every command received and not answered, those queued behind a delayed one of their
+// kind included (tests wait for it to reach 0 as "every command answered"), and never one whose
+// answer is out. Stop drops every one of them unanswered.
+func TestPendingCountsQueuedCommands(t *testing.T) {
+	s, nc := start(t, sim.Options{Sources: sim.Sources("front-door"), ReadyDelay: time.Hour})
+	for i := range 20 { // an answered command is no longer pending once its answer is out
+		if r, raw := request(t, nc, "kp", "alice", capabilities.CommandStopPublication, fmt.Sprintf(`{"publication_id":"pub-%d"}`, i)); r.OK {
+			t.Fatal(raw)
+		}
+		if n := s.Pending(); n != 0 {
+			t.Fatalf("%d commands pending once the only one sent was answered", n)
+		}
+	}
+	s.SetCommandDelay(time.Hour)
+	subj := capabilities.CommandSubject("kp", "alice", capabilities.CommandSubscribe)
+	for range 3 {
+		if err := nc.PublishRequest(subj, nc.NewRespInbox(), []byte(`{"session_id":"sess-x","stream_id":"video"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(testTimeout)
+	for s.Pending() != 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d commands pending, want the 3 received (one waiting out its delay, two queued behind it)", s.Pending())
+		}
+		time.Sleep(5 * time.Millisecond) // the simulator's count has no event to await
+	}
+	s.Stop()
+	if n, cmds := s.Pending(), len(s.Commands()); n != 0 || cmds != 20 {
+		t.Fatalf("after Stop: %d pending, %d commands carried out; want 0 and the 20 answered before the delay", n, cmds)
+	}
+}
