@@ -60,9 +60,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		return usage()
 	}
+	var desired bool
 	switch cmd := args[0]; {
 	case cmd == "publish" && len(args) == 2, cmd == "model" && len(args) == 2 && *model != "",
-		cmd == "desired" && len(args) == 4, cmd == "delete" && len(args) == 3, cmd == "fleet" && len(args) == 1:
+		cmd == "delete" && len(args) == 3, cmd == "fleet" && len(args) == 1:
+	case cmd == "desired" && len(args) == 4:
+		// true|false is part of the command's shape: "maybe" is bad usage, not a failure.
+		if desired, err = strconv.ParseBool(args[3]); err != nil {
+			fmt.Fprintf(stderr, "coordinator: desired wants true or false, not %q\n", args[3])
+			return usage()
+		}
 	default:
 		return usage()
 	}
@@ -106,10 +113,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		in.Parameters = map[string]json.RawMessage{*service: params}
 		return printEntry(co.PutIntent(ctx, ns, "intents/"+args[1]+"-"+*model, in))
 	case "desired":
-		desired, err := strconv.ParseBool(args[3])
-		if err != nil {
-			return fail(err)
-		}
 		return printEntry(co.SetDesired(ctx, args[1], args[2], desired))
 	case "delete":
 		rev, err := co.DeleteIntent(ctx, args[1], args[2], 0)

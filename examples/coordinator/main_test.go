@@ -79,7 +79,7 @@ func TestREADMECommands(t *testing.T) {
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{}, {"publish"}, {"publish", "a", "b"}, {"model", "front-door"}, {"delete", "service/x"}, {"nope"},
-		{"--no-such-flag", "fleet"},
+		{"--no-such-flag", "fleet"}, {"desired", "service/x", "intents/y", "maybe"},
 	} {
 		var out, errOut bytes.Buffer
 		if code := run(context.Background(), append(args, "--nats-url", "nats://127.0.0.1:1"), &out, &errOut); code != 2 {

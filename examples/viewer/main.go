@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/keeppeek/coordination/examples/internal"
 	"github.com/keeppeek/coordination/examples/internal/view"
@@ -45,7 +48,8 @@ func main() {
 		return // stopped while waiting for stated: a stop as asked
 	}
 	if err != nil {
-		logger.Error("write the subscription intent", "err", err)
+		// A connection NATS closed for good (credentials refused, say) tells why in its last error.
+		logger.Error("write the subscription intent", "err", err, "nats_err", nc.LastError())
 		os.Exit(1)
 	}
 	logger.Info("subscription intent written", "namespace", "user/"+*conn.User, "key", key)
@@ -66,7 +70,8 @@ const (
 // before stated, it must not give up after one request timeout): a write that got no answer, or
 // UNAVAILABLE, is sent again until ctx ends. The write replaces the whole document, so one that
 // committed unanswered and is sent again writes the same intent. Any other error (permission, schema)
-// is returned at once: retrying cannot mend it.
+// is returned at once: retrying cannot mend it; so is a connection NATS closed for good (it refused
+// the credentials, say), on which no request can ever be sent again.
 func want(ctx context.Context, v *view.Viewer, logger *slog.Logger, source, kind, variant string) (string, error) {
 	backoff := wantBackoff
 	for {
@@ -75,6 +80,9 @@ func want(ctx context.Context, v *view.Viewer, logger *slog.Logger, source, kind
 			return key, err
 		}
 		if code := wire.CodeOf(err); code != "" && code != wire.CodeUnavailable {
+			return key, err
+		}
+		if errors.Is(err, nats.ErrConnectionClosed) {
 			return key, err
 		}
 		logger.Warn("stated not reachable; retrying the subscription intent", "err", err, "in", backoff)

@@ -85,7 +85,10 @@ type job struct {
 	subscriptionID string // "" while the variant is not READY (its publisher went away, say)
 	sessionID      string
 	model          string
-	stop           context.CancelFunc
+	// What the subscription is to, as the intent named it when it was made: an intent that now names
+	// another source, stream or variant (an empty variant_id is the stream's own) ends it.
+	sourceID, streamID, variantID string
+	stop                          context.CancelFunc
 }
 
 // New builds a CV worker.
@@ -243,9 +246,11 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		// server for good. The job keeps it; the next snapshot decides.
 		return reconciler.Result{}, nil
 	}
-	if j != nil && j.subscriptionID != "" && (!ready || j.sessionID != src.SessionID || j.model != model) {
+	if j != nil && j.subscriptionID != "" && (!ready || j.sessionID != src.SessionID || j.model != model ||
+		j.sourceID != in.SourceID || j.streamID != stream.StreamID || j.variantID != in.VariantID) {
 		// The subscription is over (the variant is not READY: its publisher went away, and the media
-		// server ended its subscriptions) or must change (a new session, another model).
+		// server ended its subscriptions) or must change (a new session, another model, or the intent
+		// now names another source, stream or variant).
 		// Not given up when ctx ends (the lease's loss, a stop): the id is forgotten below, and an
 		// unsubscribe not sent would leave the subscription to nobody.
 		_ = c.cmds.Unsubscribe(context.WithoutCancel(ctx), j.subscriptionID)
@@ -306,9 +311,10 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	}
 	jctx, stop := context.WithCancel(context.Background())
 	j.subscriptionID, j.sessionID, j.model, j.stop = rep.SubscriptionID, src.SessionID, model, stop
+	j.sourceID, j.streamID, j.variantID = in.SourceID, stream.StreamID, in.VariantID
 	c.cfg.Events("cv subscribed", req.Key, fmt.Sprintf("model %s on %s", model, rep.VariantID))
 	c.wg.Add(1)
-	go c.emit(jctx, j.lease.Lost(), req.Key, in.SourceID, model)
+	go c.emit(jctx, j.lease, req.Key, in.SourceID, model)
 	return reconciler.Result{}, nil
 }
 
@@ -322,8 +328,11 @@ func variantFor(st capabilities.Stream, variantID string) (capabilities.Variant,
 }
 
 // emit produces simulated detections while the job runs and its lease is held: a worker that lost
-// the lease stops at once (the next reconcile unsubscribes and lets the lease go).
-func (c *Worker) emit(ctx context.Context, lost <-chan struct{}, key, source, model string) {
+// the lease stops at once (the next reconcile unsubscribes and lets the lease go). Each detection
+// checks Held first: a worker that wakes from a stall longer than its lease (SIGSTOP, a frozen VM)
+// finds a tick waiting, and the renewal loop, woken at the same moment, may not have closed Lost
+// yet; Held already reads false, on the monotonic clock that ran on through the stall.
+func (c *Worker) emit(ctx context.Context, l *lease.Lease, key, source, model string) {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.EventEvery)
 	defer t.Stop()
@@ -332,10 +341,14 @@ func (c *Worker) emit(ctx context.Context, lost <-chan struct{}, key, source, mo
 		select {
 		case <-ctx.Done():
 			return
-		case <-lost:
+		case <-l.Lost():
 			c.cfg.Events("cv lease lost", key, "")
 			return
 		case now := <-t.C:
+			if !l.Held() {
+				c.cfg.Events("cv lease lost", key, "")
+				return
+			}
 			d := Detection{SourceID: source, Model: model, Label: labels[n%len(labels)], Confidence: 0.5 + float64(n%5)/10, AtMs: now.UnixMilli()}
 			if err := d.Validate(); err != nil {
 				c.cfg.Logger.Warn("detection dropped", "err", err)

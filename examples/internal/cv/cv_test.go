@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -184,7 +185,12 @@ func TestCVStopsWhenItsLeaseIsLost(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if url := os.Getenv(stallHelperEnv); url != "" {
+		os.Exit(runStallHelper(url))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // An intent that names its stream (stream_id) is served on that stream, not on the first stream of
 // its media kind: here the source has two video streams and the variant exists on both.

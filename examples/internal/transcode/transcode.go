@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -72,7 +73,12 @@ type Transcoder struct {
 	mu         sync.Mutex
 	held       map[string]*binding   // by intent key
 	lastStatus map[string]statusMemo // intent key -> the last status this worker wrote
+	outputs    map[string]output     // intent key -> the output this worker last saw it want published
+	settled    map[string]uint64     // intent key -> the revision of the unwanted intent nothing is left to stop for
 }
+
+// output is an actual output an intent asked for: its lease and its variant.
+type output struct{ leaseKey, variantID string }
 
 // statusMemo is what a worker remembers of the last status it wrote for an intent: what it said (sig,
 // to skip a rewrite that would say the same; "" once the binding that wrote it is gone) and the
@@ -130,7 +136,8 @@ func New(cfg Config) (*Transcoder, error) {
 	}
 	t := &Transcoder{cfg: cfg, ns: "service/" + cfg.Service, w: w, cmds: cmds,
 		tracker:    internal.NewTracker(cfg.Conn, cfg.Capabilities, cfg.Logger),
-		leaseFired: make(chan struct{}, 1), held: map[string]*binding{}, lastStatus: map[string]statusMemo{}}
+		leaseFired: make(chan struct{}, 1), held: map[string]*binding{}, lastStatus: map[string]statusMemo{},
+		outputs: map[string]output{}, settled: map[string]uint64{}}
 	capsChanged, _ := t.tracker.Subscribe()
 	t.ctrl, err = reconciler.New(w.Client(), t, reconciler.Options{Namespace: t.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
 		Triggers: []<-chan struct{}{capsChanged, t.leaseFired}, ResyncEvery: 10 * time.Second, Logger: cfg.Logger})
@@ -168,9 +175,9 @@ func (t *Transcoder) event(kind, intent, format string, args ...any) {
 }
 
 // leaseWatch re-enqueues every intent when a lease of the service is deleted or expires, so a standby
-// tries its create-only claim at once; and when its cache resyncs (a sequence gap, a reconnect, a
-// stated restart), since a lease that went in the gap reaches it as a snapshot without the key, not
-// as a delete or an expire.
+// tries its create-only claim at once (and looks again for a publication a dead holder left); and
+// when its cache resyncs (a sequence gap, a reconnect, a stated restart), since a lease that went in
+// the gap reaches it as a snapshot without the key, not as a delete or an expire.
 type leaseWatch struct {
 	t     *Transcoder
 	cache *client.Cache
@@ -178,6 +185,11 @@ type leaseWatch struct {
 
 func (lw *leaseWatch) Start(ctx context.Context) error {
 	fire := func() {
+		// A lease gone may be a holder that died before it stopped what an unwanted intent had it
+		// publish: the intents settled before are looked at again.
+		lw.t.mu.Lock()
+		clear(lw.t.settled)
+		lw.t.mu.Unlock()
 		select {
 		case lw.t.leaseFired <- struct{}{}:
 		default:
@@ -266,6 +278,27 @@ func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (rec
 		b := t.held[req.Key]
 		delete(t.held, req.Key)
 		t.mu.Unlock()
+		var requeue time.Duration
+		t.mu.Lock()
+		settled := ok && t.settled[req.Key] == e.Revision
+		t.mu.Unlock()
+		if b == nil && !settled {
+			// Not ours: but a holder that died (or stalled past its lease) before it saw the intent go
+			// left its publication running, and nobody else would ever stop it.
+			if out, known := t.lastOutput(req.Key, in, ok && err == nil && in.Role == reconciler.RolePublish); known && !t.stopOrphan(ctx, req.Key, out) {
+				requeue = t.cfg.LeaseTTL
+			}
+		}
+		if requeue == 0 {
+			t.mu.Lock()
+			delete(t.outputs, req.Key)
+			if ok { // looked at once per revision of the intent, not at every resync
+				t.settled[req.Key] = e.Revision
+			} else {
+				delete(t.settled, req.Key)
+			}
+			t.mu.Unlock()
+		}
 		if b != nil {
 			if err := t.stopBinding(ctx, req.Key, b, "intent no longer desired"); err != nil {
 				// The stop_publication reached nobody (a silent media server): the publication still
@@ -291,16 +324,161 @@ func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (rec
 			if errors.As(err, &ve) {
 				t.event("invalid", req.Key, "%v", err)
 				t.writeStatus(ctx, nil, req.Key, reconciler.InvalidStatus(req.Key, err, time.Now()))
-				return reconciler.Result{}, nil // never retried: a coordinator must fix the intent
+				// Never retried for itself (a coordinator must fix the intent); only an orphan not
+				// yet stopped brings it back.
+				return reconciler.Result{RequeueAfter: requeue}, nil
 			}
 		}
-		return reconciler.Result{}, nil
+		return reconciler.Result{RequeueAfter: requeue}, nil
 	}
-	b, err := t.claim(ctx, req.Key, in)
+	cur := output{leaseKey: LeaseKey(in), variantID: in.VariantID}
+	t.mu.Lock()
+	old, known := t.outputs[req.Key]
+	b := t.held[req.Key]
+	t.mu.Unlock()
+	if known && old.leaseKey != cur.leaseKey && (b == nil || b.leaseKey != old.leaseKey) {
+		// The intent names another output now, and this worker did not hold the old one (its holder,
+		// which did, stops it itself, in claim). Its holder may have died before it saw the change:
+		// its publication is stopped first, or once its lease expires, before the new output is
+		// claimed here; a status about the new output would no longer name it.
+		if !t.stopOrphan(ctx, req.Key, old) {
+			return reconciler.Result{RequeueAfter: t.cfg.LeaseTTL}, nil
+		}
+	}
+	t.mu.Lock()
+	t.outputs[req.Key] = cur
+	delete(t.settled, req.Key)
+	t.mu.Unlock()
+	b, err = t.claim(ctx, req.Key, in)
 	if err != nil || b == nil {
 		return reconciler.Result{}, err // standby (b nil) waits for the lease to go
 	}
 	return t.publish(ctx, req.Key, in, b)
+}
+
+// lastOutput is the output the intent was last seen to want published by this worker, else the one
+// its document still names (fromDoc: a valid publish intent that is only no longer desired, say: a
+// worker started after its holder died has seen no other).
+func (t *Transcoder) lastOutput(key string, in reconciler.MediaIntent, fromDoc bool) (output, bool) {
+	t.mu.Lock()
+	out, known := t.outputs[key]
+	t.mu.Unlock()
+	if known {
+		return out, true
+	}
+	if fromDoc && in.SourceID != "" && in.MediaKind != "" && in.VariantID != "" {
+		return output{leaseKey: LeaseKey(in), variantID: in.VariantID}, true
+	}
+	return output{}, false
+}
+
+// Lease purposes: a holder's, and a worker's that stops what a gone holder left.
+const (
+	purposePublish = "publish "
+	purposeStop    = "stop "
+)
+
+// stopOrphan stops the publication that a gone holder of out left for the intent key: a holder
+// killed (or stalled past its lease) before it saw the intent withdrawn, deleted or pointed at
+// another output. It reports whether nothing is left to do: there was no such publication, or it is
+// stopped, or out's lease serves another intent. false means out's lease is still held for this
+// intent (by a live holder, which stops its publication itself, or a dead one whose lease has not
+// expired yet), or the media server did not answer: try again later.
+//
+// It acts only as the holder of out's lease, claimed create-only, so that at most one worker does,
+// and only on what the intent's status names: a publication of out's variant, reported by another
+// worker, not stopped, while no worker holds another output's lease for the intent (whose status it
+// would be). The "stopped" it writes is guarded by the lease and compare-and-set on the status read.
+func (t *Transcoder) stopOrphan(ctx context.Context, key string, out output) bool {
+	c := t.w.Client()
+	stKey := statusKey(key)
+	// read returns the intent's status; ok false when there is none (or none of a worker's); err
+	// when the store could not be read, which says nothing.
+	read := func(ctx context.Context) (st reconciler.ObservedStatus, rev uint64, ok bool, err error) {
+		e, err := c.Get(ctx, t.ns, stKey)
+		if errors.Is(err, wire.ErrNotFound) {
+			return st, 0, false, nil
+		}
+		if err != nil {
+			return st, 0, false, err
+		}
+		if e.Schema != reconciler.ObservedStatusSchema || json.Unmarshal(e.Document, &st) != nil {
+			return st, 0, false, nil
+		}
+		return st, e.Revision, true, nil
+	}
+	orphan := func(st reconciler.ObservedStatus) bool {
+		return st.PublicationID != "" && st.State != reconciler.StateStopped && st.Holder != t.cfg.WorkerID && st.VariantID == out.variantID
+	}
+	if st, _, ok, err := read(ctx); err != nil {
+		return false
+	} else if !ok || !orphan(st) {
+		return true // the usual case: the holder let go and reported it, or nothing was published
+	}
+	l, err := lease.Claim(ctx, c, lease.Options{Namespace: t.ns, Key: out.leaseKey, Holder: t.cfg.WorkerID,
+		TTL: t.cfg.LeaseTTL, Purpose: purposeStop + key, Logger: t.cfg.Logger})
+	if errors.Is(err, lease.ErrHeld) {
+		e, gerr := c.Get(ctx, t.ns, out.leaseKey)
+		var d wire.LeaseDocument
+		if gerr == nil && json.Unmarshal(e.Document, &d) == nil && d.Purpose != purposePublish+key && d.Purpose != purposeStop+key {
+			return true // another intent's output now: not this intent's to stop
+		}
+		return false
+	}
+	if err != nil {
+		t.cfg.Logger.Warn("orphaned publication: claim", "intent", key, "lease", out.leaseKey, "err", err)
+		return false
+	}
+	ctx = context.WithoutCancel(ctx) // held now: what follows is finished, and the lease released
+	defer func() { _ = l.Release(ctx) }()
+	st, rev, ok, err := read(ctx)
+	if err != nil {
+		return false
+	}
+	if !ok || !orphan(st) {
+		return true
+	}
+	if other, err := t.otherOutputHeld(ctx, key, out.leaseKey); err != nil || other {
+		return err == nil // the status may be the other output's holder's; an unread lease list says nothing
+	}
+	if err := t.cmds.StopPublication(ctx, st.PublicationID); err != nil && !errors.Is(err, capabilities.ErrPublicationNotFound) {
+		t.cfg.Logger.Warn("orphaned publication: stop", "intent", key, "publication", st.PublicationID, "err", err)
+		return false
+	}
+	t.event("publication stopped", key, "%s, left by %s", st.PublicationID, st.Holder)
+	expected := int64(rev)
+	if _, err := l.Put(ctx, wire.PutRequest{Key: stKey, Schema: reconciler.ObservedStatusSchema, ExpectedRevision: &expected,
+		Document: reconciler.ObservedStatus{SubjectKey: key, State: reconciler.StateStopped, ObservedAtMs: time.Now().UnixMilli(),
+			Holder: t.cfg.WorkerID, VariantID: out.variantID,
+			Message: "publication " + st.PublicationID + " of " + st.Holder + ", which is gone, stopped"}.Document()}); err != nil {
+		t.cfg.Logger.Debug("orphaned publication: status not written", "intent", key, "err", err)
+	}
+	t.mu.Lock()
+	delete(t.lastStatus, key) // written by this worker outside any binding: the next one writes afresh
+	t.mu.Unlock()
+	return true
+}
+
+// otherOutputHeld reports whether a lease other than leaseKey is held for the intent key, read from
+// the store (not the lease cache, which may lag behind the status just read).
+func (t *Transcoder) otherOutputHeld(ctx context.Context, key, leaseKey string) (bool, error) {
+	after := ""
+	for {
+		page, err := t.w.Client().List(ctx, wire.ListRequest{Namespace: t.ns, KeyPrefix: "leases/", AfterKey: after, Limit: 256})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range page.Entries {
+			var d wire.LeaseDocument
+			if e.Key != leaseKey && json.Unmarshal(e.Document, &d) == nil && d.Purpose == purposePublish+key {
+				return true, nil
+			}
+		}
+		if page.NextAfterKey == "" {
+			return false, nil
+		}
+		after = page.NextAfterKey
+	}
 }
 
 // claim returns the binding this worker holds for the intent, claiming its lease if it is free; nil
@@ -326,7 +504,7 @@ func (t *Transcoder) claim(ctx context.Context, key string, in reconciler.MediaI
 		}
 	}
 	l, err := lease.Claim(ctx, t.w.Client(), lease.Options{Namespace: t.ns, Key: leaseKey, Holder: t.cfg.WorkerID,
-		TTL: t.cfg.LeaseTTL, Purpose: "publish " + key, Logger: t.cfg.Logger})
+		TTL: t.cfg.LeaseTTL, Purpose: purposePublish + key, Logger: t.cfg.Logger})
 	if errors.Is(err, lease.ErrHeld) {
 		t.event("standby", key, "%s is held by another worker", leaseKey)
 		return nil, nil

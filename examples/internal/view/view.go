@@ -51,7 +51,14 @@ type Viewer struct {
 	lastStatus map[string]string       // intent key -> the last status written, to skip rewrites
 }
 
-type subscription struct{ id, sessionID, variantID string }
+// subscription is a subscription the viewer holds for an intent: its id, the session it was made
+// on, the variant the media server gave, and what the intent named when it was made (source, stream
+// and variant_id, empty for the stream's own): an intent that now names another is another
+// subscription.
+type subscription struct {
+	id, sessionID, variantID        string
+	sourceID, streamID, wantVariant string
+}
 
 // New builds a viewer.
 func New(cfg Config) (*Viewer, error) {
@@ -227,7 +234,8 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		status.Message = "the media server does not answer; keeping subscription " + cur.id
 		return reconciler.Result{}, v.status(ctx, req.Key, status)
 	}
-	if subscribed && cur.sessionID == src.SessionID && live {
+	same := subscribed && cur.sourceID == in.SourceID && cur.streamID == stream.StreamID && cur.wantVariant == in.VariantID
+	if same && cur.sessionID == src.SessionID && live {
 		// Said again in case a stale snapshot made the status pending meanwhile (a rewrite that says
 		// the same is skipped).
 		status.State, status.SubscriptionID, status.VariantID = reconciler.StateActive, cur.id, cur.variantID
@@ -235,8 +243,9 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	}
 	if subscribed {
 		// The source went offline or has a new session, or the variant went away or back to PENDING
-		// (a new publisher took it over): the media server has ended this subscription. Forget it
-		// and subscribe again when the variant is READY.
+		// (a new publisher took it over): the media server has ended this subscription. Or the intent
+		// now names another source, stream or variant: this one is not wanted any more. End it, and
+		// subscribe (again) when the variant wanted is READY.
 		if err := v.cmds.Unsubscribe(ctx, cur.id); err != nil && !errors.Is(err, capabilities.ErrSubscriptionNotFound) {
 			v.cfg.Logger.Warn("unsubscribe", "intent", req.Key, "err", err)
 		}
@@ -267,7 +276,8 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		return reconciler.Result{}, err
 	}
 	v.mu.Lock()
-	v.subs[req.Key] = subscription{id: rep.SubscriptionID, sessionID: src.SessionID, variantID: rep.VariantID}
+	v.subs[req.Key] = subscription{id: rep.SubscriptionID, sessionID: src.SessionID, variantID: rep.VariantID,
+		sourceID: in.SourceID, streamID: stream.StreamID, wantVariant: in.VariantID}
 	v.mu.Unlock()
 	v.cfg.Events("viewer subscribed", req.Key, fmt.Sprintf("%s as %s", rep.VariantID, rep.SubscriptionID))
 	status.State, status.SubscriptionID, status.VariantID = reconciler.StateActive, rep.SubscriptionID, rep.VariantID

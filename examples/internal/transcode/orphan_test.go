@@ -1,0 +1,113 @@
+package transcode_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keeppeek/coordination/capabilities/sim"
+	"github.com/keeppeek/coordination/coordinator"
+	"github.com/keeppeek/coordination/examples/internal/simtest"
+	"github.com/keeppeek/coordination/examples/internal/transcode"
+	"github.com/keeppeek/coordination/reconciler"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// killedHolder runs tx-1 alone until its publication is READY and reported active, then kills it
+// (its connection closed: nothing more reaches the servers, its lease is not released), and starts
+// the standby tx-2.
+func killedHolder(t *testing.T, f *fixture) {
+	t.Helper()
+	nc := f.Connect(t, svc)
+	tx1, err := transcode.New(transcode.Config{Conn: nc, Principal: svc, WorkerID: "tx-1", Service: svc,
+		LeaseTTL: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = tx1.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "tx-1 active", func() bool {
+		e, err := f.Admin.Get(t.Context(), ns, "status/front-door-video-browser-h264-720p")
+		return err == nil && strings.Contains(string(e.Document), `"state":"active"`)
+	})
+	nc.Close()
+	cancel()
+	standby := make(chan struct{})
+	var once sync.Once
+	tx2, err := transcode.New(transcode.Config{Conn: f.Connect(t, svc), Principal: svc, WorkerID: "tx-2", Service: svc,
+		LeaseTTL: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		Events: func(e transcode.Event) {
+			if e.Kind == "standby" {
+				once.Do(func() { close(standby) })
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.Run(t, tx2.Run)
+	// The standby has seen the intent, and the dead holder's lease, before anything changes.
+	select {
+	case <-standby:
+	case <-time.After(10 * time.Second):
+		t.Fatal("tx-2 did not stand by")
+	}
+}
+
+// The holder dies, and then the coordinator withdraws the intent (desired false): the standby, once
+// the dead holder's lease has expired, stops the publication the dead holder left and reports it
+// stopped. Nobody did: the publication held the variant on the media server for good.
+func TestWithdrawnAfterTheHolderDiedStopsItsPublication(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	killedHolder(t, f)
+	if _, err := f.Coord.SetDesired(t.Context(), ns, key, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "no publication left", func() bool { return len(f.Sim.Publications()) == 0 })
+	waitFor(t, 10*time.Second, "the status says stopped", func() bool {
+		e, err := f.Admin.Get(t.Context(), ns, "status/front-door-video-browser-h264-720p")
+		return err == nil && strings.Contains(string(e.Document), `"state":"stopped"`)
+	})
+	waitFor(t, 10*time.Second, "the lease released", func() bool {
+		_, err := f.Admin.Get(t.Context(), ns, transcode.LeaseKey(reconciler.MediaIntent{SourceID: src, MediaKind: "video", VariantID: variant}))
+		return wire.CodeOf(err) == wire.CodeNotFound
+	})
+}
+
+// The holder dies, and then the coordinator deletes the intent: the standby stops the publication
+// the dead holder left.
+func TestDeletedAfterTheHolderDiedStopsItsPublication(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	killedHolder(t, f)
+	if _, err := f.Coord.DeleteIntent(t.Context(), ns, key, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "no publication left", func() bool { return len(f.Sim.Publications()) == 0 })
+}
+
+// The holder dies, and then the coordinator points the intent at another output variant: the
+// standby stops the old variant's publication the dead holder left, and publishes the new one.
+func TestOutputChangedAfterTheHolderDiedStopsItsPublication(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	killedHolder(t, f)
+	const other = "browser-h264-480p"
+	if _, err := f.Coord.UpdateIntent(t.Context(), ns, key, func(cur *coordinator.MediaIntent) (*coordinator.MediaIntent, error) {
+		cur.VariantID, cur.OutputProfile = other, other
+		return cur, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "only the new variant published, by tx-2", func() bool {
+		pubs := f.Sim.Publications()
+		e, err := f.Admin.Get(t.Context(), ns, "status/front-door-video-browser-h264-720p")
+		return len(pubs) == 1 && pubs[0].VariantID == other && err == nil &&
+			strings.Contains(string(e.Document), `"state":"active"`) && strings.Contains(string(e.Document), `"holder":"tx-2"`)
+	})
+}
