@@ -16,38 +16,9 @@ import (
 func TestCacheCloseDuringAResyncLeavesNoWatch(t *testing.T) {
 	env := startEnv(t)
 	ncClosed := make(chan struct{})
-	held := make(chan struct{})
-	served := make(chan struct{})
-	startRelay(t, env.URL, relayHooks{
-		before: func(op wire.Op, n int) bool {
-			if op != wire.OpWatch || n != 2 {
-				return true
-			}
-			close(held)
-			// A slow server: it takes the re-watch once the client's connection is gone, or after a
-			// while when Close waits for it (the event this test needs does not come then).
-			select {
-			case <-ncClosed:
-			case <-time.After(time.Second):
-			}
-			return true
-		},
-		after: func(op wire.Op, n int, _ []byte) bool {
-			if op == wire.OpWatch && n == 2 {
-				close(served)
-			}
-			return true
-		},
-	})
-	nc, err := Connect(env.URL, alice.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	c, err := New(nc, alice.ID, WithPrefix(relayPrefix))
-	if err != nil {
-		t.Fatal(err)
-	}
+	held, served := holdWatchRequest(t, env.URL, 2, ncClosed) // the re-watch
+	c := newClient(t, env, alice.ID, WithPrefix(relayPrefix))
+	nc := c.Conn()
 	k, err := c.NewCache(ctxT(t), CacheOptions{Namespace: "user/alice", WatchID: "closing"})
 	if err != nil {
 		t.Fatal(err)
@@ -82,35 +53,9 @@ func TestCacheCloseDuringAResyncLeavesNoWatch(t *testing.T) {
 func TestUnwatchWaitsForAWatchRequestGivenUp(t *testing.T) {
 	env := startEnv(t)
 	ncClosed := make(chan struct{})
-	held := make(chan struct{})
-	served := make(chan struct{})
-	startRelay(t, env.URL, relayHooks{
-		before: func(op wire.Op, n int) bool {
-			if op == wire.OpWatch {
-				close(held)
-				select { // a slow server, as above
-				case <-ncClosed:
-				case <-time.After(time.Second):
-				}
-			}
-			return true
-		},
-		after: func(op wire.Op, n int, _ []byte) bool {
-			if op == wire.OpWatch {
-				close(served)
-			}
-			return true
-		},
-	})
-	nc, err := Connect(env.URL, alice.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	c, err := New(nc, alice.ID, WithPrefix(relayPrefix))
-	if err != nil {
-		t.Fatal(err)
-	}
+	held, served := holdWatchRequest(t, env.URL, 1, ncClosed)
+	c := newClient(t, env, alice.ID, WithPrefix(relayPrefix))
+	nc := c.Conn()
 	ctx, cancel := context.WithCancel(ctxT(t))
 	go func() {
 		<-held
@@ -132,4 +77,32 @@ func TestUnwatchWaitsForAWatchRequestGivenUp(t *testing.T) {
 	if ws := env.Store.LiveWatches(); len(ws) != 0 {
 		t.Fatalf("watches left on the server after Unwatch and the connection's close: %+v", ws)
 	}
+}
+
+// holdWatchRequest relays a client's requests (prefix relayPrefix) to the server at url, holding its
+// nth watch request back as a slow server would: until release is closed, or for a second at most
+// (when the client waits for the request, the event a test needs does not come). held is closed when
+// the request is being held, served once the server has answered it.
+func holdWatchRequest(t *testing.T, url string, nth int, release <-chan struct{}) (held, served <-chan struct{}) {
+	t.Helper()
+	h, s := make(chan struct{}), make(chan struct{})
+	startRelay(t, url, relayHooks{
+		before: func(op wire.Op, n int) bool {
+			if op == wire.OpWatch && n == nth {
+				close(h)
+				select {
+				case <-release:
+				case <-time.After(time.Second):
+				}
+			}
+			return true
+		},
+		after: func(op wire.Op, n int, _ []byte) bool {
+			if op == wire.OpWatch && n == nth {
+				close(s)
+			}
+			return true
+		},
+	})
+	return h, s
 }

@@ -1,17 +1,10 @@
 package server_test
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-
-	"github.com/keeppeek/coordination/internal/natsserver"
-	"github.com/keeppeek/coordination/internal/natstest"
-	"github.com/keeppeek/coordination/store"
-	stateserver "github.com/keeppeek/coordination/store/server"
 )
 
 // stated's user on an external NATS server must also be allowed to publish where the server answers:
@@ -35,23 +28,7 @@ func TestStartFailsWhenNATSRefusesToCarryItsReplies(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			perms := &server.Permissions{Publish: &server.SubjectPermission{Allow: c.allow, Deny: c.deny},
 				Subscribe: &server.SubjectPermission{Allow: []string{">"}}}
-			ns := natstest.Start(t, natsserver.Options{Users: []natsserver.User{{Name: "stated", Password: "pw", Permissions: perms}}})
-			nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo("stated", "pw"),
-				nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // Start is to report them
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			st, err := store.Open(filepath.Join(t.TempDir(), "state-store.db"), store.DefaultOptions())
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv, err := stateserver.New(st, nc, stateserver.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = srv.Start()
-			defer func() { _ = srv.Stop(t.Context()) }()
+			err := startAs(t, perms)
 			if c.want == "" {
 				if err != nil {
 					t.Fatalf("Start allowed to publish where it answers: %v", err)

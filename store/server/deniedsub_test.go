@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,23 +33,7 @@ func TestStartFailsWhenNATSRefusesASubscription(t *testing.T) {
 				denied = deny[:1]
 			}
 			perms := &server.Permissions{Subscribe: &server.SubjectPermission{Allow: []string{">"}, Deny: denied}}
-			ns := natstest.Start(t, natsserver.Options{Users: []natsserver.User{{Name: "stated", Password: "pw", Permissions: perms}}})
-			nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo("stated", "pw"),
-				nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // Start is to report them
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			st, err := store.Open(filepath.Join(t.TempDir(), "state-store.db"), store.DefaultOptions())
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv, err := stateserver.New(st, nc, stateserver.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = srv.Start()
-			defer func() { _ = srv.Stop(t.Context()) }()
+			err := startAs(t, perms)
 			if deny == nil {
 				if err != nil {
 					t.Fatalf("Start with every subscription allowed: %v", err)
@@ -60,4 +45,29 @@ func TestStartFailsWhenNATSRefusesASubscription(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startAs starts a state server whose NATS user on a fresh NATS server has perms, and returns what
+// Start returned. Everything is stopped at the test's end.
+func startAs(t *testing.T, perms *server.Permissions) error {
+	t.Helper()
+	ns := natstest.Start(t, natsserver.Options{Users: []natsserver.User{{Name: "stated", Password: "pw", Permissions: perms}}})
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo("stated", "pw"),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // Start is to report them
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	st, err := store.Open(filepath.Join(t.TempDir(), "state-store.db"), store.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	srv, err := stateserver.New(st, nc, stateserver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = srv.Start()
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+	return err
 }

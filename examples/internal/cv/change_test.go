@@ -6,9 +6,7 @@ import (
 	"time"
 
 	"github.com/keeppeek/coordination/capabilities"
-	"github.com/keeppeek/coordination/capabilities/sim"
 	"github.com/keeppeek/coordination/coordinator"
-	"github.com/keeppeek/coordination/examples/internal/simtest"
 )
 
 // The coordinator points the intent at another variant of the same source (both READY on the same
@@ -48,26 +46,7 @@ func TestCVFollowsAVariantChange(t *testing.T) {
 // The intent is pointed at another stream of its source that has the same variant: the worker
 // subscribes on the new stream and ends the old subscription.
 func TestCVFollowsAStreamChange(t *testing.T) {
-	e := simtest.Start(t, []sim.SourceConfig{{SourceID: src, Streams: []sim.StreamConfig{
-		{StreamID: "video", MediaKind: "video", Codec: "h264"}, {StreamID: "cam2", MediaKind: "video", Codec: "h264"},
-	}}}, "transcoder-a", "cv")
-	pub, err := capabilities.NewCommands(e.Connect(t, "transcoder-a"), "transcoder-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{Env: e, pub: pub}
-	sess, _, _ := f.Sim.SessionID(src)
-	for _, stream := range []string{"video", "cam2"} {
-		if _, err := f.pub.StartPublication(t.Context(), capabilities.StartPublicationRequest{SessionID: sess, StreamID: stream,
-			VariantID: variant, OutputProfile: variant, RecordingMode: "disabled"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, 5*time.Second, "both variants READY", func() bool {
-		a, okA := f.Sim.Capabilities().Variant(src, "video", variant)
-		b, okB := f.Sim.Capabilities().Variant(src, "cam2", variant)
-		return okA && okB && a.State == capabilities.StateReady && b.State == capabilities.StateReady
-	})
+	f := twoStreams(t)
 	f.cvWorker(t, "cv-1")
 	in := coordinator.SubscribeIntent(src, "video")
 	in.StreamID, in.VariantID = "video", variant

@@ -192,9 +192,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// An intent that names its stream (stream_id) is served on that stream, not on the first stream of
-// its media kind: here the source has two video streams and the variant exists on both.
-func TestCVSubscribesToTheIntentsStream(t *testing.T) {
+// twoStreams starts a source with two video streams, video and cam2, and variant READY on both.
+func twoStreams(t *testing.T) *fixture {
+	t.Helper()
 	e := simtest.Start(t, []sim.SourceConfig{{SourceID: src, Streams: []sim.StreamConfig{
 		{StreamID: "video", MediaKind: "video", Codec: "h264"}, {StreamID: "cam2", MediaKind: "video", Codec: "h264"},
 	}}}, "transcoder-a", "cv")
@@ -215,6 +215,13 @@ func TestCVSubscribesToTheIntentsStream(t *testing.T) {
 		b, okB := f.Sim.Capabilities().Variant(src, "cam2", variant)
 		return okA && okB && a.State == capabilities.StateReady && b.State == capabilities.StateReady
 	})
+	return f
+}
+
+// An intent that names its stream (stream_id) is served on that stream, not on the first stream of
+// its media kind: here the source has two video streams and the variant exists on both.
+func TestCVSubscribesToTheIntentsStream(t *testing.T) {
+	f := twoStreams(t)
 	f.cvWorker(t, "cv-1")
 	in := coordinator.SubscribeIntent(src, "video")
 	in.StreamID, in.VariantID = "cam2", variant

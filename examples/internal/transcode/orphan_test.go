@@ -1,7 +1,6 @@
 package transcode_test
 
 import (
-	"context"
 	"log/slog"
 	"strings"
 	"sync"
@@ -21,16 +20,7 @@ import (
 // the standby tx-2.
 func killedHolder(t *testing.T, f *fixture) {
 	t.Helper()
-	nc := f.Connect(t, svc)
-	tx1, err := transcode.New(transcode.Config{Conn: nc, Principal: svc, WorkerID: "tx-1", Service: svc,
-		LeaseTTL: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = tx1.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	kill := startTx1(t, f)
 	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
 		t.Fatal(err)
 	}
@@ -38,8 +28,7 @@ func killedHolder(t *testing.T, f *fixture) {
 		e, err := f.Admin.Get(t.Context(), ns, "status/front-door-video-browser-h264-720p")
 		return err == nil && strings.Contains(string(e.Document), `"state":"active"`)
 	})
-	nc.Close()
-	cancel()
+	kill()
 	standby := make(chan struct{})
 	var once sync.Once
 	tx2, err := transcode.New(transcode.Config{Conn: f.Connect(t, svc), Principal: svc, WorkerID: "tx-2", Service: svc,

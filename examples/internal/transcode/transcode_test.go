@@ -281,11 +281,11 @@ func TestMediaServerRestart(t *testing.T) {
 	})
 }
 
-// The lease holder dies while its start_publication is under way; the media server still carries the
-// start out. The standby takes over once the lease expires: in the end one publication, the standby's,
-// READY and reported active by it.
-func TestHolderKilledMidStart(t *testing.T) {
-	f := setup(t, sim.SourceConfig{SourceID: src})
+// startTx1 runs the worker tx-1 (lease TTL 2 s, heartbeats every 200 ms) on a connection of its own,
+// and returns kill: it closes that connection (nothing more reaches the servers, the lease is not
+// released) and stops the worker.
+func startTx1(t *testing.T, f *fixture) (kill func()) {
+	t.Helper()
 	nc := f.Connect(t, svc)
 	tx1, err := transcode.New(transcode.Config{Conn: nc, Principal: svc, WorkerID: "tx-1", Service: svc,
 		LeaseTTL: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
@@ -296,13 +296,21 @@ func TestHolderKilledMidStart(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = tx1.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return func() { nc.Close(); cancel() }
+}
+
+// The lease holder dies while its start_publication is under way; the media server still carries the
+// start out. The standby takes over once the lease expires: in the end one publication, the standby's,
+// READY and reported active by it.
+func TestHolderKilledMidStart(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	kill := startTx1(t, f)
 	f.Sim.SetCommandDelay(time.Second)
 	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "tx-1's start under way", func() bool { return f.Sim.Pending() > 0 })
-	nc.Close() // killed: nothing more reaches the servers, the lease is not released
-	cancel()
+	kill()
 	f.Sim.SetCommandDelay(0)
 	f.transcoder(t, "tx-2")
 	waitFor(t, 20*time.Second, "tx-2 active with one publication", func() bool {
