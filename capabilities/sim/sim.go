@@ -797,10 +797,25 @@ func (s *Sim) handleCommand(m *nats.Msg, delay time.Duration) {
 	} else {
 		s.log.Info("sim: command failed", append(attrs, "error", reply.Error.Error())...)
 	}
-	data, _ := json.Marshal(reply)
-	if err := m.Respond(data); err != nil {
+	if err := m.Respond(encodeReply(reply)); err != nil {
 		s.log.Warn("sim: respond", "command", cmd, "error", err)
 	}
+}
+
+// encodeReply encodes a command's reply: the envelope (capabilities.Reply) and, for an error, its
+// code and message at the top level too, as SPEC section 12 writes errors ({code, message}), so that
+// a client written from the SPEC alone reads them. A result's fields are at the top level already.
+func encodeReply(r capabilities.Reply) []byte {
+	if r.OK || r.Error == nil {
+		data, _ := json.Marshal(r)
+		return data
+	}
+	data, _ := json.Marshal(struct {
+		capabilities.Reply
+		Code    capabilities.Code `json:"code"`
+		Message string            `json:"message"`
+	}{r, r.Error.Code, r.Error.Message})
+	return data
 }
 
 // recordLocked appends r to the commands, keeping the newest keepCmds when that is set (the older

@@ -222,6 +222,15 @@ func TestStartPublicationProtocolErrors(t *testing.T) {
 		if r.OK || r.Error == nil || r.Error.Code != tc.code || r.Error.Message == "" {
 			t.Errorf("%s: reply %s, want %s", tc.name, raw, tc.code)
 		}
+		// SPEC section 12 writes errors as {code, message}: a client that knows no envelope reads
+		// the same error at the top level.
+		var bare struct {
+			Code    capabilities.Code `json:"code"`
+			Message string            `json:"message"`
+		}
+		if err := json.Unmarshal([]byte(raw), &bare); err != nil || bare.Code != tc.code || r.Error == nil || bare.Message != r.Error.Message {
+			t.Errorf("%s: reply %s has no top-level code %s and message as SPEC section 12 writes errors (%v)", tc.name, raw, tc.code, err)
+		}
 	}
 	if len(s.Publications()) != 0 {
 		t.Errorf("publications after refused commands: %+v", s.Publications())
