@@ -253,13 +253,18 @@ func (s *Stated) start() error {
 		close(s.done)
 	}()
 	deadline := time.Now().Add(15 * time.Second)
-	// A port another process holds may accept the connection and never answer.
+	// A port another process holds may accept the connection and never answer, or answer as another
+	// stated that took the same port: only this process's own "stated ready" line (logged once it has
+	// bound every address) says that the answer is its.
 	client := &http.Client{Timeout: time.Second}
 	for {
 		resp, err := client.Get(s.HTTP() + "/healthz")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
+			s.mu.Lock()
+			ready := strings.Contains(logs.String(), "stated ready")
+			s.mu.Unlock()
+			if resp.StatusCode == 200 && ready {
 				return nil
 			}
 		}

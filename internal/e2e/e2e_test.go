@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -37,5 +39,22 @@ func TestFirstStartTakesNewPortsWhenItsPortsAreTaken(t *testing.T) {
 	conn.Close()
 	if code := s.Term(); code != 0 {
 		t.Fatalf("stated exited %d\n%s", code, s.Logs())
+	}
+}
+
+// A stated whose HTTP port another stated took first is not taken for started because the other one
+// answers /healthz there: it starts again on new ports, and answers on them itself.
+func TestStartIsNotFooledByAnotherStatedOnItsPort(t *testing.T) {
+	a := NewStated(t, Config{})
+	a.Start()
+	b := NewStated(t, Config{})
+	b.HTTPPort = a.HTTPPort
+	b.WriteConfig(Config{})
+	b.Start()
+	if b.HTTPPort == a.HTTPPort || !b.running() {
+		t.Fatalf("b started on a's HTTP port %d (running %v)\n%s", a.HTTPPort, b.running(), b.Logs())
+	}
+	if !strings.Contains(b.Logs(), fmt.Sprintf("127.0.0.1:%d", b.HTTPPort)) {
+		t.Fatalf("b's log does not name its HTTP port %d\n%s", b.HTTPPort, b.Logs())
 	}
 }
