@@ -1,6 +1,10 @@
 package acceptance_test
 
 import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -29,5 +33,21 @@ func TestWorkerCommandsEndWhenTheirCredentialsAreRefused(t *testing.T) {
 				t.Fatalf("exit %d, want 1:\n%s", code, p.output())
 			}
 		})
+	}
+}
+
+// A transcoder given a lease TTL outside 1 s to 24 h (its README's range) exits 1 at once, naming
+// the flag, without waiting for NATS; 0 was taken silently for the default 5 s.
+func TestTranscoderRefusesALeaseTTLOutOfRange(t *testing.T) {
+	bin := e2e.Build(t, "./examples/transcoder", "transcoder")
+	for _, ttl := range []string{"0s", "500ms", "25h"} {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		// No NATS server listens there: a transcoder that accepted the flag would wait for one.
+		out, err := exec.CommandContext(ctx, bin, "--lease-ttl", ttl, "--nats-url", "nats://127.0.0.1:1").CombinedOutput()
+		cancel()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "--lease-ttl") {
+			t.Fatalf("--lease-ttl %s: %v\n%s", ttl, err, out)
+		}
 	}
 }

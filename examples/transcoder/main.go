@@ -16,6 +16,7 @@ import (
 
 	"github.com/keeppeek/coordination/examples/internal"
 	"github.com/keeppeek/coordination/examples/internal/transcode"
+	"github.com/keeppeek/coordination/lease"
 )
 
 func main() {
@@ -31,6 +32,11 @@ func main() {
 	flag.Parse()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *ttl < lease.MinTTL || *ttl > lease.MaxTTL {
+		// Checked before waiting for NATS; 0 would otherwise be the library's default of 5 s.
+		logger.Error("transcoder", "err", fmt.Sprintf("--lease-ttl %v is outside %v to %v", *ttl, lease.MinTTL, lease.MaxTTL))
+		os.Exit(1)
+	}
 	nc, err := conn.Dial("transcoder", internal.WaitForNATS(logger)...)
 	if err != nil {
 		logger.Error("connect", "err", err)
