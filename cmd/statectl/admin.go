@@ -50,8 +50,10 @@ func (a *app) adminCall(ctx context.Context, cn *conn, op wire.Op, build func(id
 		}
 		return wire.AdminResult{}, fmt.Errorf("%s request on %s: %w", op, subj, err)
 	}
+	// Replies are decoded tolerantly, as store/client decodes the state operations': a newer server
+	// may add fields (wire.Decode is the strict decoder of requests).
 	var res wire.AdminResult
-	if err := wire.Decode(msg.Data, &res); err != nil {
+	if err := json.Unmarshal(msg.Data, &res); err != nil {
 		return res, fmt.Errorf("malformed %s reply: %v", op, err)
 	}
 	if res.RequestID != id {

@@ -142,8 +142,12 @@ type Cache struct {
 
 	resyncs atomic.Uint64
 	// nudge asks the run goroutine to resync: a wait learned from info that the store has moved to
-	// another epoch than the cache's (a restore the cache's watch did not tell it of).
-	nudge chan struct{}
+	// another epoch than the cache's (a restore the cache's watch did not tell it of). staleEpoch
+	// (under mu) names the epoch info disowned: a nudge is acted on only while the cache still holds
+	// it, so that nudges of several waiters that learned of one restore cost one resync, not one more
+	// after the cache already followed the new epoch.
+	nudge      chan struct{}
+	staleEpoch string
 
 	ctx       context.Context // the cache's lifetime
 	cancel    context.CancelFunc
@@ -327,9 +331,17 @@ func (k *Cache) confirmEpoch(ctx context.Context, epoch string) error {
 		case err == nil && info.Epoch == epoch:
 			return nil
 		case err == nil && info.Epoch != "":
-			select {
-			case k.nudge <- struct{}{}:
-			default:
+			k.mu.Lock()
+			held := k.epoch == epoch
+			if held {
+				k.staleEpoch = epoch
+			}
+			k.mu.Unlock()
+			if held { // else the cache has moved on already: nothing to resync
+				select {
+				case k.nudge <- struct{}{}:
+				default:
+				}
 			}
 			return ErrEpochChanged
 		case ctx.Err() != nil:
@@ -452,6 +464,12 @@ func (k *Cache) run(first chan<- error) {
 				return
 			}
 		case <-k.nudge:
+			k.mu.RLock()
+			stale := k.staleEpoch != "" && k.staleEpoch == k.epoch
+			k.mu.RUnlock()
+			if !stale {
+				continue // the cache resynced to another epoch since the nudge
+			}
 			if k.resync("info reports another epoch than the cache's") != nil {
 				return
 			}
