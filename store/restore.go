@@ -13,7 +13,8 @@ import (
 // Restore replaces the database at path with the backup read from r, offline: the server must be
 // stopped (Restore refuses while another process holds the database). It writes the backup to a
 // temporary file beside path, validates it exactly as Open would (format, identifiers, schemas,
-// counts and bytes within opts.Bounds, revisions, byte counters), starts a new epoch in it, and only
+// counts and bytes within opts.Bounds, revisions, byte counters, and with them the entries of the
+// settings-backed namespaces of opts.Settings, read from their files), starts a new epoch in it, and only
 // then puts it at path (a rename), so entries, namespace revisions and byte counters come back together or
 // not at all. It returns the new epoch. A copy left by an earlier restore that was cut short is removed.
 // Restores into one directory are exclusive: a second one started meanwhile is refused.
@@ -109,7 +110,14 @@ func validateBackup(file string, opts Options) (string, error) {
 		return "", err
 	}
 	defer b.close()
-	if _, err := b.load(&loadRules{bounds: opts.Bounds, schemas: reg, settings: opts.Settings}); err != nil {
+	ld, err := b.load(&loadRules{bounds: opts.Bounds, schemas: reg, settings: opts.Settings})
+	if err != nil {
+		return "", err
+	}
+	// With the settings-backed namespaces, as Open replays them: their entries count against the same
+	// bounds as the backup's, and a backup that passes alone may not with them.
+	v := &Store{opts: opts, schemas: reg, spaces: map[string]*space{}}
+	if err := v.replay(ld); err != nil {
 		return "", err
 	}
 	epoch := randomHex(8)

@@ -110,6 +110,27 @@ func (s *Store) load(path string) error {
 		return fmt.Errorf("load %s: %w", path, err)
 	}
 	s.be = be
+	if err := s.replay(ld); err != nil {
+		_ = be.close()
+		return err
+	}
+	if err := s.recordSettingsFloors(ld); err != nil {
+		_ = be.close()
+		return fmt.Errorf("record the revisions of settings namespaces: %w", err)
+	}
+	// Restart purge (SPEC section 6): overdue leases are expired, in deadline order, before serving.
+	if err := s.runBatch(nil); err != nil {
+		_ = be.close()
+		return fmt.Errorf("purge overdue leases: %w", err)
+	}
+	return nil
+}
+
+// replay puts the state a backend loaded, and the entries of the settings-backed namespaces, in
+// memory, checking the two together against the bounds (namespaces holding entries, total bytes). A
+// restore runs it too, on the copy it validates, so that it never installs a backup the next start
+// would refuse.
+func (s *Store) replay(ld *loaded) error {
 	s.epoch = ld.epoch
 	s.audit = ld.auditHead
 	for ns, ls := range ld.spaces {
@@ -122,14 +143,8 @@ func (s *Store) load(path string) error {
 	}
 	for ns, sb := range s.opts.Settings {
 		if err := s.loadSettings(ns, sb); err != nil {
-			_ = be.close()
 			return err
 		}
-	}
-	// Restart purge (SPEC section 6): overdue leases are expired, in deadline order, before serving.
-	if err := s.runBatch(nil); err != nil {
-		_ = be.close()
-		return fmt.Errorf("purge overdue leases: %w", err)
 	}
 	return nil
 }
@@ -139,12 +154,7 @@ func (s *Store) loadSettings(ns string, sb SettingsBackend) error {
 	if err != nil {
 		return fmt.Errorf("settings namespace %s: %w", ns, err)
 	}
-	recorded := s.spaces[ns] != nil // the database has its revision (see persist)
 	sp := s.space(ns)
-	if recorded && st.Revision > sp.revision {
-		s.opts.Logger.Warn("a settings namespace's file is ahead of the database: changes made to the file outside the store, or a write cut short by a crash after the file was written, have no audit record",
-			"namespace", ns, "file_revision", st.Revision, "recorded_revision", sp.revision)
-	}
 	sp.settings = true
 	sp.revision = max(sp.revision, st.Revision) // the database's floor
 	if int64(len(st.Entries)) > s.opts.Bounds.MaxEntriesPerNamespace {
@@ -181,6 +191,36 @@ func (s *Store) loadSettings(ns string, sb SettingsBackend) error {
 		return fmt.Errorf("settings namespace %s: %d namespaces hold entries, over max_namespaces %d", ns, s.liveNamespaces, s.opts.Bounds.MaxNamespaces)
 	}
 	return nil
+}
+
+// recordSettingsFloors writes to the database, before the store serves, the revision of every
+// settings-backed namespace whose file is ahead of the database's record of it: a file written by hand,
+// or by a write cut short by a crash after its rename and before its commit. The database's record is
+// the floor the namespace's revision never goes below (see persist); served without it, the file's
+// revision could go back at a later start, when the file is edited to a lower one or the namespace is
+// no longer declared, and revisions clients saw would be given again to other writes (SPEC section 4).
+func (s *Store) recordSettingsFloors(ld *loaded) error {
+	floors := map[string]nsCounter{}
+	for ns := range s.opts.Settings {
+		ls := ld.spaces[ns] // nil: the database has no record of the namespace (see persist)
+		var recorded uint64
+		if ls != nil {
+			recorded = ls.revision
+		}
+		rev := s.spaces[ns].revision
+		if rev <= recorded {
+			continue
+		}
+		if ls != nil {
+			s.opts.Logger.Warn("a settings namespace's file is ahead of the database: changes made to the file outside the store, or a write cut short by a crash after the file was written, have no audit record",
+				"namespace", ns, "file_revision", rev, "recorded_revision", recorded)
+		}
+		floors[ns] = nsCounter{Revision: rev}
+	}
+	if len(floors) == 0 {
+		return nil
+	}
+	return s.be.commit(&batch{namespaces: floors, totalBytes: s.dbBytes})
 }
 
 // space returns the namespace's memory state, creating it. Callers hold mu or run before serving.
