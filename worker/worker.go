@@ -58,6 +58,7 @@ type Worker struct {
 	components []Component
 	goroutines []namedFunc
 	lastErr    error
+	denied     error // NATS's refusal of the last heartbeat checked (verifyHeartbeat), nil if it went through
 	lastBeat   time.Time
 	running    bool
 	kick       chan struct{}
@@ -212,23 +213,22 @@ func (w *Worker) poke() {
 	}
 }
 
-// Healthy reports nil while the worker runs, its connection is up, NATS has not refused its
-// heartbeats and its last heartbeat went out within two intervals. NATS refuses a publish outside the
-// connection's permissions (a Principal that is not the connection's user) after Publish has
-// returned nil, as the connection's last error: without that check a worker whose entry is never
-// written would report itself healthy.
+// Healthy reports nil while the worker runs, its connection is up, NATS did not refuse its last
+// checked heartbeat and its last heartbeat went out within two intervals. NATS refuses a publish
+// outside the connection's permissions (a Principal that is not the connection's user) after Publish
+// has returned nil: without that check a worker whose entry is never written would report itself
+// healthy. Each periodic heartbeat is checked anew (see verifyHeartbeat), so a worker whose
+// permissions are put right (a reload keeps its connection) is healthy again at its next heartbeat.
 func (w *Worker) Healthy() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	subject := wire.HeartbeatSubject(w.opts.Prefix, w.opts.Principal, w.opts.WorkerID)
-	natsErr := w.opts.Conn.LastError()
 	switch {
 	case !w.running:
 		return errors.New("not running")
 	case !w.opts.Conn.IsConnected():
 		return errors.New("not connected to NATS")
-	case heartbeatDenied(natsErr, subject):
-		return fmt.Errorf("heartbeat refused by NATS: %w", natsErr)
+	case w.denied != nil:
+		return fmt.Errorf("heartbeat refused by NATS: %w", w.denied)
 	case w.lastErr != nil:
 		return fmt.Errorf("heartbeat: %w", w.lastErr)
 	case time.Since(w.lastBeat) > 2*w.opts.HeartbeatInterval:
@@ -267,6 +267,36 @@ func isClosed(ch <-chan struct{}) bool {
 // heartbeatDenied reports whether err is NATS refusing a publish to subject.
 func heartbeatDenied(err error, subject string) bool {
 	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`)
+}
+
+// verifyHeartbeat learns whether NATS refused the heartbeat published after before was read from
+// Conn.LastError, and records it for Healthy. NATS refuses a publish asynchronously, and its refusal
+// stays the connection's LastError until the connection reconnects, however many heartbeats go
+// through after it (a reload that puts the permissions right keeps the connection), while another
+// error can take its place although the heartbeats are still refused: LastError alone says neither
+// "refused now" nor "allowed now". The server answers a PING only after it has handled what was
+// published before it, so once a flush returns, a refusal of this heartbeat is in LastError, as a new
+// error value. The flush waits at most half an interval (and not at all while NATS is unreachable, or
+// once ctx ends); a check that cannot finish leaves the last one's finding.
+func (w *Worker) verifyHeartbeat(ctx context.Context, before error) {
+	if !w.opts.Conn.IsConnected() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.opts.HeartbeatInterval/2)
+	defer cancel()
+	if w.opts.Conn.FlushWithContext(ctx) != nil {
+		return
+	}
+	subject := wire.HeartbeatSubject(w.opts.Prefix, w.opts.Principal, w.opts.WorkerID)
+	after := w.opts.Conn.LastError()
+	var denied error
+	// Both refusals are pointers made by nats.go for each -ERR, so == tells a new one from the old.
+	if heartbeatDenied(after, subject) && !(heartbeatDenied(before, subject) && after == before) {
+		denied = after
+	}
+	w.mu.Lock()
+	w.denied = denied
+	w.mu.Unlock()
 }
 
 // HealthHandler serves Healthy over HTTP: 200 "ok", or 503 with the reason.
@@ -383,25 +413,29 @@ func (w *Worker) Run(ctx context.Context) error {
 		return errConnClosed
 	}
 	_ = w.heartbeat()
-	hbStop, hbDone := make(chan struct{}), make(chan struct{})
+	hbCtx, hbStop := context.WithCancel(context.Background())
+	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
 		ticker := time.NewTicker(w.opts.HeartbeatInterval)
 		defer ticker.Stop()
 		for {
 			select {
-			case <-hbStop:
+			case <-hbCtx.Done():
 				return
 			case <-ticker.C:
 			case <-w.kick:
 			}
+			before := w.opts.Conn.LastError()
 			if err := w.heartbeat(); err != nil {
 				log.Warn("heartbeat not sent", "err", err)
+				continue
 			}
+			w.verifyHeartbeat(hbCtx, before)
 		}
 	}()
 	var stopHeartbeats sync.Once
-	endHeartbeats := func() { stopHeartbeats.Do(func() { close(hbStop); <-hbDone }) }
+	endHeartbeats := func() { stopHeartbeats.Do(func() { hbStop(); <-hbDone }) }
 	defer endHeartbeats()
 
 	var started []Component
