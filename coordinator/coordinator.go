@@ -81,6 +81,13 @@ func checkTarget(namespace, key string) error {
 	if !wire.ValidKey(key) {
 		return wire.Errorf(wire.CodeInvalidArgument, "invalid key %q", key)
 	}
+	return checkWritable(namespace)
+}
+
+// checkWritable answers, for a valid namespace, what the server's policy check answers every
+// principal: PERMISSION_DENIED in system. Whether the principal may write another namespace depends
+// on its admin right, which only the server knows.
+func checkWritable(namespace string) error {
 	if namespace == string(wire.KindSystem) {
 		return wire.Errorf(wire.CodePermissionDenied, "nobody writes the system namespace (the state server keeps it)")
 	}

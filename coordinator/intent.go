@@ -44,13 +44,18 @@ func SubscribeIntent(sourceID, mediaKind string) MediaIntent {
 }
 
 // ValidateIntent checks, locally, that in may be written in namespace: a valid namespace
-// (INVALID_ARGUMENT otherwise), of a kind that holds intents (service/<id> or user/<id>), and a
-// document that matches keeppeek.media-intent.v1 and passes the content guard (SCHEMA_INVALID
-// otherwise, the registry's *wire.Error). Parameters entries that are nil are left out, as a write
-// leaves them out.
+// (INVALID_ARGUMENT otherwise), not system (PERMISSION_DENIED: nobody writes it), of a kind that
+// holds intents (service/<id> or user/<id>), and a document that matches keeppeek.media-intent.v1 and
+// passes the content guard (SCHEMA_INVALID otherwise, the registry's *wire.Error). It answers as a
+// write would, in the server's order, but cannot know the principal's admin right: a write the
+// namespace policy refuses it (service/<id> by a non-admin, say) is still PERMISSION_DENIED by the
+// server. Parameters entries that are nil are left out, as a write leaves them out.
 func (c *Coordinator) ValidateIntent(namespace string, in MediaIntent) error {
 	if !wire.ValidNamespace(namespace) {
 		return wire.Errorf(wire.CodeInvalidArgument, "invalid namespace %q", namespace)
+	}
+	if err := checkWritable(namespace); err != nil {
+		return err
 	}
 	doc, err := encodeIntent(&in)
 	if err != nil {

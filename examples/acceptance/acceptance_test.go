@@ -138,6 +138,9 @@ func scenario1(t *testing.T, e *env) {
 	if we := wantCode(t, "stale CAS", err, wire.CodeConflict); we.CurrentRevision == nil || *we.CurrentRevision != rev {
 		t.Fatalf("stale CAS: current_revision %v, want %d", we.CurrentRevision, rev)
 	}
+	if got, err := e.admin.Get(ctx, ns, key); err != nil || got.Revision != rev || bytes.Contains(got.Document, []byte("by-stale")) {
+		t.Fatalf("after the stale CAS: %v %s (%v), want the entry at revision %d unchanged", got.String(), got.Document, err, rev)
+	}
 
 	// Reread-merge-retry: two coordinators incrementing one intent's priority concurrently lose no
 	// increment (every write is a CAS on the revision read, never blind).

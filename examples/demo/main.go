@@ -8,6 +8,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,7 +80,8 @@ func run(keep, verbose bool, timeout time.Duration) (err error) {
 	}
 	logger := slog.New(slog.NewTextHandler(logOut, nil))
 
-	// 1. stated on the embedded defaults (free ports when the default ones are taken).
+	// 1. stated on the embedded defaults (free ports when the default ones are taken). Nothing connects
+	// before it is ready: a client dialled earlier could reach whatever else listens on the address.
 	dir, err := os.MkdirTemp("", "keeppeek-demo-")
 	if err != nil {
 		return err
@@ -89,13 +91,11 @@ func run(keep, verbose bool, timeout time.Duration) (err error) {
 	cfg.DataDir = dir
 	cfg.NATS.Listen = listenAddr(stated.DefaultNATSListen)
 	cfg.HTTPListen = listenAddr(stated.DefaultHTTPListen)
-	serverCtx, stopServer := context.WithCancel(context.Background())
-	serverDone := make(chan error, 1)
-	go func() { serverDone <- stated.Serve(serverCtx, cfg, nil, logOut) }()
-	defer func() {
-		stopServer()
-		<-serverDone
-	}()
+	stopStated, err := startStated(ctx, cfg, logOut)
+	if err != nil {
+		return err
+	}
+	defer stopStated()
 	url := "nats://" + cfg.NATS.Listen
 	connect := func(name string) (*nats.Conn, error) {
 		return client.Connect(url, principal, nats.Name(name), nats.RetryOnFailedConnect(true), nats.ReconnectWait(100*time.Millisecond))
@@ -313,4 +313,48 @@ func listenAddr(addr string) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// startStated runs stated on cfg in this process and returns once stated's own log says it is ready:
+// its NATS server listens on cfg.NATS.Listen and its store is open. stop stops it and waits until it
+// has stopped. When stated cannot start (an address taken since listenAddr found it free, a data
+// directory it cannot use), its own error is returned at once. Asking the NATS address whether a
+// state service answers, instead, waited for the whole --timeout and hid the reason (stated's log
+// goes nowhere without -v), or, with another stated on the address, took that one for the demo's.
+func startStated(ctx context.Context, cfg *stated.Config, logOut io.Writer) (stop func(), err error) {
+	w := &readyWatch{out: logOut, ready: make(chan struct{})}
+	serverCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- stated.Serve(serverCtx, cfg, nil, w) }()
+	select {
+	case <-w.ready:
+		var once sync.Once
+		return func() { once.Do(func() { cancel(); <-done }) }, nil
+	case err := <-done:
+		cancel()
+		if err == nil {
+			err = errors.New("it stopped before it was ready")
+		}
+		return nil, fmt.Errorf("stated did not start: %w", err)
+	case <-ctx.Done():
+		cancel()
+		<-done
+		return nil, fmt.Errorf("stated did not start: %w", ctx.Err())
+	}
+}
+
+// readyWatch passes stated's log on to out and closes ready at the line stated logs once it serves
+// (as internal/e2e waits for it). Only this process's stated writes here: a line read from the
+// network could come from another stated on the same address.
+type readyWatch struct {
+	out   io.Writer
+	once  sync.Once
+	ready chan struct{}
+}
+
+func (w *readyWatch) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(`msg="stated ready"`)) { // slog's text handler writes one record per Write
+		w.once.Do(func() { close(w.ready) })
+	}
+	return w.out.Write(p)
 }
