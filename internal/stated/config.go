@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -182,6 +183,11 @@ func LoadConfig(path string) (*Config, error) {
 		}
 		unknown = append(unknown, k.String())
 	}
+	for _, k := range md.Keys() {
+		if !exactKey(reflect.TypeFor[Config](), k) && !slices.Contains(unknown, k.String()) {
+			unknown = append(unknown, k.String())
+		}
+	}
 	if len(unknown) > 0 {
 		return nil, fmt.Errorf("config %s: unknown keys: %s", path, strings.Join(unknown, ", "))
 	}
@@ -194,6 +200,43 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return c, nil
+}
+
+// exactKey reports whether key names, letter for letter, a field of t (through its tables, arrays of
+// tables and maps), or lies under a map, whose keys are the file's own. The TOML decoder matches a key
+// to a field without regard to case when no field has its exact name, and does not count it
+// undecoded: DATA_DIR would set data_dir, and "Admin = true" beside "admin = false" (two keys to TOML)
+// would make a principal an admin. TOML keys are case-sensitive: such a key is unknown.
+func exactKey(t reflect.Type, key toml.Key) bool {
+	for _, name := range key {
+		for t.Kind() == reflect.Slice || t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch t.Kind() {
+		case reflect.Struct:
+			f, ok := fieldByTag(t, name)
+			if !ok {
+				return false
+			}
+			t = f.Type
+		case reflect.Map:
+			t = t.Elem()
+		default:
+			return true // under an arbitrary value (a settings entry): the key is the file's own
+		}
+	}
+	return true
+}
+
+// fieldByTag returns the exported field of struct type t whose toml tag is name.
+func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if tag, _, _ := strings.Cut(f.Tag.Get("toml"), ","); f.IsExported() && tag == name {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
 }
 
 // checkShape reports a key that must hold a table (nats, bounds, state_store,

@@ -216,12 +216,18 @@ func (s *Server) backup(p policy.Principal, r wire.BackupRequest) wire.AdminResu
 			return adminError(r.RequestID, wire.Errorf(wire.CodeStorage, "backup: %v", err))
 		}
 		h := sha256.New()
-		n, err := s.st.Backup(context.Background(), p, io.MultiWriter(f, h))
+		// The server's context: Stop ends it once its own context has ended, and the backup then
+		// stops writing and ends its read transaction, which the store's Close waits for. A backup
+		// of a large database would otherwise hold a SIGTERM past its deadline.
+		n, err := s.st.Backup(s.ctx, p, io.MultiWriter(f, h))
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
 			os.Remove(f.Name())
+			if errors.Is(err, context.Canceled) {
+				err = wire.Errorf(wire.CodeUnavailable, "the server is stopping")
+			}
 			return adminError(r.RequestID, err)
 		}
 		bid, ok := s.backups.add(&backupFile{owner: p.ID, path: f.Name(), size: n, used: time.Now()})

@@ -51,7 +51,9 @@ type Options struct {
 	MaxConcurrentRequests int
 	// BackupDir holds the files of opened admin backups (statectl backup), each removed when closed,
 	// after two idle minutes, or at Stop. Set, it is the server's own: Start removes backup files a
-	// killed server left there. Default: the system's temporary directory, never cleaned.
+	// killed server left there, when its store is served (an unavailable one may not hold its
+	// database, and another server may be serving backups from the directory). Default: the
+	// system's temporary directory, never cleaned.
 	BackupDir string
 	// Interest, when set, reports whether anyone subscribes to a subject (an embedded NATS server can
 	// tell; a client of an external one cannot). The server then looks every SweepInterval for watches
@@ -225,8 +227,13 @@ func (s *Server) Start() error {
 		if err := os.MkdirAll(s.opts.BackupDir, 0o700); err != nil {
 			return fmt.Errorf("server: backup directory: %w", err)
 		}
-		if err := removeStaleBackups(s.opts.BackupDir); err != nil {
-			return fmt.Errorf("server: backup directory: %w", err)
+		// Only a served store holds its database's lock, and so the directory: one that opened
+		// unavailable may share it with a running server (a second stated started on the same data
+		// directory), whose open backups are no stale files.
+		if s.st.Unavailable() == nil {
+			if err := removeStaleBackups(s.opts.BackupDir); err != nil {
+				return fmt.Errorf("server: backup directory: %w", err)
+			}
 		}
 	}
 	svc, err := micro.AddService(s.nc, micro.Config{
