@@ -209,6 +209,11 @@ func (a *app) cmdLs(ctx context.Context, cmd *command, args []string) error {
 		if page.NextAfterKey == "" {
 			break
 		}
+		if page.NextAfterKey <= req.AfterKey {
+			// Keys come in order, so the next page starts past this one: a server that says otherwise
+			// would have statectl ask for the same page for ever.
+			return fmt.Errorf("list of %s did not advance past %q (next_after_key %q)", req.Namespace, req.AfterKey, page.NextAfterKey)
+		}
 		req.AfterKey = page.NextAfterKey
 	}
 	if a.g.json {
