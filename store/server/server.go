@@ -148,11 +148,11 @@ func checkPayload(b wire.Bounds, maxPayload int64) error {
 		return nil // not told (not connected yet): the connection's own errors will say
 	}
 	if b.MaxDocumentBytes+envelopeRoom > maxPayload {
-		return fmt.Errorf("server: max_document_bytes %d does not fit the NATS server's max_payload %d with %d bytes for the rest of a message: lower the bound or raise max_payload",
+		return fmt.Errorf("server: max_document_bytes %d does not fit the NATS server's max_payload %d with %d bytes for the rest of a message: lower the bound (or, on an external NATS server, raise its max_payload)",
 			b.MaxDocumentBytes, maxPayload, envelopeRoom)
 	}
 	if b.MaxSnapshotBytes > maxPayload {
-		return fmt.Errorf("server: max_snapshot_bytes %d is more than the NATS server's max_payload %d: lower the bound or raise max_payload",
+		return fmt.Errorf("server: max_snapshot_bytes %d is more than the NATS server's max_payload %d: lower the bound (or, on an external NATS server, raise its max_payload)",
 			b.MaxSnapshotBytes, maxPayload)
 	}
 	return nil
