@@ -170,15 +170,15 @@ func (t *Tracker) Start(ctx context.Context) error {
 		return t.optErr
 	}
 	t.mu.Lock()
-	if t.started {
-		t.mu.Unlock()
-		return errors.New("capabilities: tracker already started")
-	}
 	select {
-	case <-t.stopped:
+	case <-t.stopped: // whether or not it ran: ErrTrackerStopped promises this answer after Stop
 		t.mu.Unlock()
 		return ErrTrackerStopped
 	default:
+	}
+	if t.started {
+		t.mu.Unlock()
+		return errors.New("capabilities: tracker already started")
 	}
 	t.started = true
 	lctx, cancel := context.WithCancel(context.Background())
@@ -328,9 +328,11 @@ func (x *timer) stop() {
 //
 // Fetches run on goroutines of their own, at most maxFetchesInFlight at once, and report here in the
 // order they complete: a new fetch is sent when one is wanted that those in flight cannot satisfy (an
-// announcement above the one the newest was sent for, Refresh, a reconnect) or, with none in flight,
-// when one is wanted at all. Only once none is in flight does the loop decide on a retry (the newest
-// failed, or the tracker is behind the announcements) or, caught up, arm the periodic fetch.
+// announcement above the one the newest was sent for, Refresh, a reconnect) or, the newest answered,
+// when one is wanted at all. Only the answer to the newest fetch sent decides on a retry (it failed,
+// or the tracker is behind the announcements) or, caught up, arms the periodic fetch: an older fetch
+// still unanswered tells nothing the newest did not, and waiting out its FetchTimeout would put the
+// periodic fetch off by as much (a reply lost would leave a lost announcement unnoticed that long).
 func (t *Tracker) run(ctx context.Context, first chan<- error) {
 	defer close(t.done)
 	sub, err := t.nc.Subscribe(ChangedSubject(t.prefix), t.onChanged)
@@ -419,8 +421,8 @@ func (t *Tracker) run(ctx context.Context, first chan<- error) {
 			t.mu.Unlock()
 			// A fetch in flight sent before a newer generation was announced may answer the older
 			// one, or never answer: it does not make this one wait. A repeated announcement is left
-			// to the fetch in flight or the retry already armed.
-			if forced || announced > seqAnn || inFlight == 0 && retry.C == nil {
+			// to the newest fetch, still in flight, or the retry already armed.
+			if forced || announced > seqAnn || seq == newestDone && retry.C == nil {
 				send()
 			}
 		case s, ok := <-status:
@@ -439,7 +441,7 @@ func (t *Tracker) run(ctx context.Context, first chan<- error) {
 			send()
 		case <-resync.C:
 			resync.stop()
-			if inFlight == 0 {
+			if seq == newestDone { // else the newest fetch, in flight, tells
 				t.log.Debug("capabilities: periodic fetch")
 				send()
 			}
@@ -490,8 +492,8 @@ func (t *Tracker) run(ctx context.Context, first chan<- error) {
 				send()
 				continue
 			}
-			if inFlight > 0 {
-				continue // the newer fetches tell
+			if r.seq != seq {
+				continue // the newest fetch, in flight or already answered, tells
 			}
 			t.mu.Lock()
 			behind := t.caps == nil || t.caps.Generation < t.announced

@@ -83,8 +83,8 @@ func TestTrackerStartHonoursContext(t *testing.T) {
 	if err := tr.WaitGeneration(ctxT(t), 1); !errors.Is(err, capabilities.ErrTrackerStopped) {
 		t.Errorf("WaitGeneration after failed Start = %v", err)
 	}
-	if err := tr.Start(ctxT(t)); err == nil {
-		t.Error("second Start succeeded")
+	if err := tr.Start(ctxT(t)); !errors.Is(err, capabilities.ErrTrackerStopped) {
+		t.Errorf("second Start after the failed one stopped the tracker = %v, want ErrTrackerStopped", err)
 	}
 	tr.Stop() // idempotent
 }
