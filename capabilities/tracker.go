@@ -201,8 +201,12 @@ func (t *Tracker) Start(ctx context.Context) error {
 	case <-done:
 		select {
 		case err := <-first: // run reported before it returned
+			if err != nil {
+				t.Stop() // as in the first case: the waits end too
+			}
 			return err
 		default:
+			t.Stop()
 			return ErrTrackerStopped
 		}
 	}
