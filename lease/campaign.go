@@ -27,6 +27,9 @@ func Campaign(ctx context.Context, c *client.Client, o Options) (*Lease, error) 
 	if err != nil {
 		return nil, err
 	}
+	if c == nil {
+		return nil, errNilClient
+	}
 	l, err := claim(ctx, c, o)
 	if !errors.Is(err, ErrHeld) {
 		return l, err

@@ -48,7 +48,11 @@ func NewElector(c *client.Client, o ElectorOptions) (*Elector, error) {
 	if o.OnStarted == nil {
 		return nil, errors.New("lease: ElectorOptions.OnStarted is required")
 	}
+	if c == nil {
+		return nil, errNilClient
+	}
 	o.Options = resolved
+	o.settleClaims = true // Run returns with no claim of it out (claimPut)
 	return &Elector{c: c, o: o}, nil
 }
 
@@ -59,13 +63,15 @@ func (e *Elector) Leading() bool {
 }
 
 // Run campaigns and leads, term after term, until ctx ends; then it returns nil, after the running
-// term (if any) has stopped and released its lease. Each term: Campaign; OnStarted with a ctx
-// cancelled on loss of the lease or end of ctx; once it returns, OnStopped; then Release (which
-// deletes the entry only if the store still holds it at this term's revision, so a standby takes over
-// without waiting for the TTL); then a pause before the next campaign (100 ms, doubling while terms
-// keep ending within a TTL, up to the TTL). A campaign that fails for a reason that may pass is
-// retried with backoff; one the store refuses for good (permission, schema, invalid options) ends Run
-// with that error, and so does a closed NATS connection. Run must not be called again while it runs.
+// term (if any) has stopped and released its lease, and a claim that was on the wire has been
+// answered (and deleted, if it committed): a process may close its connection once Run returned.
+// Each term: Campaign; OnStarted with a ctx cancelled on loss of the lease or end of ctx; once it
+// returns, OnStopped; then Release (which deletes the entry only if the store still holds it at this
+// term's revision, so a standby takes over without waiting for the TTL); then a pause before the
+// next campaign (100 ms, doubling while terms keep ending within a TTL, up to the TTL). A campaign
+// that fails for a reason that may pass is retried with backoff; one the store refuses for good
+// (permission, schema, invalid options) ends Run with that error, and so does a closed NATS
+// connection. Run must not be called again while it runs.
 func (e *Elector) Run(ctx context.Context) error {
 	if !e.running.CompareAndSwap(false, true) {
 		return errors.New("lease: Elector.Run is already running")

@@ -28,12 +28,15 @@ type TestHooks struct {
 	LastWait   func()              // renewal loop: each time it waits with no renewal due before the deadline
 	Claim      func()              // Campaign: before each claim made once the key looked free
 	HeldWait   func(*client.Cache) // Campaign: before it waits for its cache to reach a refusal's revision
+	Renew      func()              // renewal loop: before each renewal reads the lease's revision
+	Resolved   func()              // a refused guarded write found an unanswered renewal its own, before adopting it
 }
 
 // WithHooks returns o with h installed.
 func WithHooks(o Options, h TestHooks) Options {
 	o.onRenewed, o.onRenewReply, o.onGuardWait, o.onWait, o.onHeld = h.Renewed, h.RenewReply, h.GuardWait, h.Wait, h.Held
 	o.onLastWait, o.onClaim, o.onHeldWait = h.LastWait, h.Claim, h.HeldWait
+	o.onRenew, o.onResolved = h.Renew, h.Resolved
 	return o
 }
 

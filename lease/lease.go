@@ -78,6 +78,9 @@ func Claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c == nil {
+		return nil, errNilClient
+	}
 	return claim(ctx, c, o)
 }
 
@@ -115,21 +118,37 @@ func claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 // claimPut sends the claim's create-only put. If ctx ends before the reply, the put may still commit,
 // and the key would look held by nobody running for a whole TTL: it is run through to its reply
 // (client.Finish), and a claim that committed is deleted then, by its own revision.
+//
+// With o.settleClaims (an Elector's campaigns) that is done before claimPut returns, the put bounded
+// by the client's request timeout rather than by ctx: Run returns only once no claim of it is out,
+// and a worker that closes its connection right after Run would otherwise cut the delete off and
+// leave the key held, by a process gone, for a TTL.
 func claimPut(ctx context.Context, c *client.Client, o Options, req wire.PutRequest) (wire.Entry, error) {
-	return client.Finish(ctx, c, func(pctx context.Context) (wire.Entry, error) { return c.Put(pctx, req) },
-		func(e wire.Entry, err error) {
-			if err != nil {
-				return
-			}
-			dctx, cancel := context.WithTimeout(context.Background(), o.TTL)
-			defer cancel()
-			rev := int64(e.Revision)
-			if _, err := c.Delete(dctx, wire.DeleteRequest{Namespace: o.Namespace, Key: o.Key, ExpectedRevision: &rev}); err != nil &&
-				!errors.Is(err, wire.ErrNotFound) && !errors.Is(err, wire.ErrConflict) {
-				o.Logger.Warn("a claim given up committed, and could not be deleted: the key stays held until its TTL",
-					"namespace", o.Namespace, "key", o.Key, "err", err)
-			}
-		})
+	undo := func(e wire.Entry, err error) {
+		if err != nil {
+			return
+		}
+		dctx, cancel := context.WithTimeout(context.Background(), o.TTL)
+		defer cancel()
+		rev := int64(e.Revision)
+		if _, err := c.Delete(dctx, wire.DeleteRequest{Namespace: o.Namespace, Key: o.Key, ExpectedRevision: &rev}); err != nil &&
+			!errors.Is(err, wire.ErrNotFound) && !errors.Is(err, wire.ErrConflict) {
+			o.Logger.Warn("a claim given up committed, and could not be deleted: the key stays held until its TTL",
+				"namespace", o.Namespace, "key", o.Key, "err", err)
+		}
+	}
+	if !o.settleClaims {
+		return client.Finish(ctx, c, func(pctx context.Context) (wire.Entry, error) { return c.Put(pctx, req) }, undo)
+	}
+	if err := ctx.Err(); err != nil {
+		return wire.Entry{}, err // nothing sent
+	}
+	e, err := c.Put(context.WithoutCancel(ctx), req)
+	if ctx.Err() != nil {
+		undo(e, err)
+		return wire.Entry{}, ctx.Err()
+	}
+	return e, err
 }
 
 // heldError builds the *HeldError of a refused claim, reading the current holder if it can.
@@ -163,17 +182,33 @@ func (l *Lease) Held() bool {
 func (l *Lease) heldLocked() bool { return l.err == nil && time.Now().Before(l.validUntil) }
 
 // Revision returns the revision of the lease entry as of its last successful claim or renewal: the
-// fencing token. It changes with every renewal.
+// fencing token. It changes with every renewal, and means something only in the store's epoch of the
+// claim: once the lease is lost to a restore it is void, and a new holder's entry may reach it. Send
+// Guard, not a guard of your own with Revision, to fence a write.
 func (l *Lease) Revision() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.rev
 }
 
-// Guard returns the guard that makes a write commit only while the lease entry is at Revision().
+// voidRevision is the revision of the guard of a lease that is not held. No entry ever has it: the
+// store keeps every put below 2^53-1, so that removing the namespace's entries always has revisions
+// left (SPEC section 4), and 2^53-1 is the largest integer a guard may carry.
+const voidRevision = wire.MaxSafeInteger
+
+// Guard returns the guard to send with a write made on the lease's behalf: while the lease is Held,
+// its key at Revision(), so that the store commits the write only while the lease entry is still at
+// that revision. Once the lease is not Held (lost, released, or past its safety margin) it names a
+// revision no entry has, so a write with it fails GUARD_FAILED: after a restore (SPEC section 4) the
+// lease's revision is void and a new holder's claim may have reached it, and the store alone could
+// not tell. A write sent with Guard directly skips the store epoch check that Put and Delete make
+// first, so it is fenced against a restore only once the lease has noticed it: prefer those.
 func (l *Lease) Guard() wire.Guard {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.heldLocked() {
+		return wire.Guard{Key: l.o.Key, Revision: voidRevision}
+	}
 	return wire.Guard{Key: l.o.Key, Revision: int64(l.rev)}
 }
 
@@ -377,6 +412,9 @@ const (
 
 // renew sends one CAS renewal and applies its outcome. It returns when the renewal was sent.
 func (l *Lease) renew(ctx context.Context) (time.Time, outcome) {
+	if l.o.onRenew != nil {
+		l.o.onRenew()
+	}
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
@@ -440,7 +478,22 @@ func (l *Lease) renew(ctx context.Context) (time.Time, outcome) {
 		case unknown:
 			return sent, retryLater
 		}
-		l.lose(fmt.Errorf("%w: renewal refused: %w", ErrLost, err), true)
+		// A guarded write may have adopted one of our unanswered renewals while this one was out
+		// (movedOn): the entry moved on to the lease's own newer revision, which is why this renewal,
+		// sent with the one before, was refused, and resolve cannot tell, as the adoption cleared the
+		// unanswered renewals it looks for. Renew again with it. Checked under the lock that ends the
+		// lease, which such an adoption takes too.
+		lost := fmt.Errorf("%w: renewal refused: %w", ErrLost, err)
+		l.mu.Lock()
+		if l.rev != rev {
+			l.mu.Unlock()
+			return sent, retryLater
+		}
+		ended := l.loseLocked(lost, true)
+		l.mu.Unlock()
+		if ended {
+			l.logLoss(lost)
+		}
 		return sent, stopped
 	case permanent(err):
 		// Refused for good (schema, permission, ...): nothing was written.

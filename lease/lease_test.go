@@ -303,6 +303,11 @@ func TestOptions(t *testing.T) {
 	if r.TTL != lease.DefaultTTL || r.RenewEvery != lease.DefaultTTL/3 || lease.Margin(r) != lease.DefaultTTL/6 || r.Logger == nil {
 		t.Fatalf("defaults: %+v", r)
 	}
+	atMin := base
+	atMin.RenewEvery = lease.MinRenewEvery
+	if _, err := lease.Resolve(atMin); err != nil {
+		t.Fatalf("RenewEvery = MinRenewEvery: %v", err)
+	}
 	if r, _ := lease.Resolve(opts(key, "h", 1500*time.Microsecond+time.Second)); r.TTL != 1001*time.Millisecond {
 		t.Fatalf("TTL %v, want it truncated to whole milliseconds", r.TTL)
 	}
@@ -318,8 +323,12 @@ func TestOptions(t *testing.T) {
 		"negative RenewEvery": func(o *lease.Options) {
 			o.RenewEvery = -time.Second
 		},
-		"offset key = key": func(o *lease.Options) { o.OffsetKey = key },
-		"bad offset key":   func(o *lease.Options) { o.OffsetKey = "/x" },
+		// Each renewal had that long to be answered: none was, and the lease was lost a TTL after the
+		// claim, while the loop retried every millisecond.
+		"RenewEvery 1 ns":              func(o *lease.Options) { o.RenewEvery = time.Nanosecond },
+		"RenewEvery under the minimum": func(o *lease.Options) { o.RenewEvery = lease.MinRenewEvery - time.Millisecond },
+		"offset key = key":             func(o *lease.Options) { o.OffsetKey = key },
+		"bad offset key":               func(o *lease.Options) { o.OffsetKey = "/x" },
 	}
 	for name, mutate := range bad {
 		o := base
@@ -410,4 +419,27 @@ func TestReleaseThatCannotTellWhoseTheEntryIs(t *testing.T) {
 	if e, ok := get(t, admin, key); !ok || e.Revision <= claimed {
 		t.Fatalf("lease entry %+v %v after Release, want the renewal's", e, ok)
 	}
+}
+
+// A nil client is refused with an error by Claim, Campaign and NewElector, as invalid options are:
+// it was a nil dereference in the first request, and for an Elector only once Run was called.
+func TestNilClient(t *testing.T) {
+	o := opts(key, "transcoder-a-1", 0)
+	noPanic := func(what string, f func() error) {
+		t.Helper()
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("%s with a nil client panicked: %v", what, r)
+			}
+		}()
+		if err := f(); err == nil {
+			t.Errorf("%s accepted a nil client", what)
+		}
+	}
+	noPanic("Claim", func() error { _, err := lease.Claim(ctxT(t), nil, o); return err })
+	noPanic("Campaign", func() error { _, err := lease.Campaign(ctxT(t), nil, o); return err })
+	noPanic("NewElector", func() error {
+		_, err := lease.NewElector(nil, lease.ElectorOptions{Options: o, OnStarted: func(context.Context, *lease.Lease) {}})
+		return err
+	})
 }

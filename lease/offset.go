@@ -42,17 +42,17 @@ func (l *Lease) LoadOffset(ctx context.Context) (string, error) {
 
 // SaveOffset stores offset (at most 256 bytes of UTF-8; typically a decimal position) under
 // Options.OffsetKey with a guarded Put, so only the current holder can move it: a former holder gets
-// ErrNotHeld or the store's GUARD_FAILED (both match wire.ErrGuardFailed). An offset that is not
-// valid UTF-8 is refused (INVALID_ARGUMENT) without a write: a JSON document would carry its invalid
-// bytes as U+FFFD, and LoadOffset would hand the next holder another offset than the one saved. The
-// store's content guard (SPEC section 13) may refuse others (SCHEMA_INVALID): more than 8 line
-// breaks, a "data:" prefix, a PEM marker.
+// ErrNotHeld or the store's GUARD_FAILED (both match wire.ErrGuardFailed). An offset over 256 bytes
+// (the document's limit) or not valid UTF-8 is refused (INVALID_ARGUMENT) without a write: a JSON
+// document would carry invalid bytes as U+FFFD, and LoadOffset would hand the next holder another
+// offset than the one saved. The store's content guard (SPEC section 13) may refuse others
+// (SCHEMA_INVALID): more than 8 line breaks, a "data:" prefix, a PEM marker.
 func (l *Lease) SaveOffset(ctx context.Context, offset string) error {
 	if l.o.OffsetKey == "" {
 		return errors.New("lease: no OffsetKey configured")
 	}
 	if len(offset) > maxOffsetBytes {
-		return fmt.Errorf("lease: offset of %d bytes is over %d", len(offset), maxOffsetBytes)
+		return wire.Errorf(wire.CodeInvalidArgument, "lease: offset of %d bytes is over %d", len(offset), maxOffsetBytes)
 	}
 	if !utf8.ValidString(offset) {
 		return wire.Errorf(wire.CodeInvalidArgument, "lease: offset %q is not valid UTF-8", offset)

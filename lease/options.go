@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -16,6 +17,13 @@ const (
 	MinTTL     = time.Second
 	MaxTTL     = 24 * time.Hour
 )
+
+// MinRenewEvery is the shortest renewal interval. A renewal's requests (an info, then the put) must
+// be answered within RenewEvery, and half of it is Held's safety margin. Below a round trip no
+// renewal gets through (with 1 ns every lease was lost one TTL after its claim, the loop retrying
+// every millisecond meanwhile), and under 2 ms the margin is less than the store's millisecond clock
+// can take off the TTL. It matches the shortest heartbeat interval (SPEC section 11).
+const MinRenewEvery = 100 * time.Millisecond
 
 // maxOffsetBytes bounds a resume offset: it travels as the message of a keeppeek.observed-status.v1
 // document, which holds at most 256 bytes.
@@ -36,9 +44,10 @@ type Options struct {
 	// At least MinTTL (1 s), at most MaxTTL (24 h), truncated to whole milliseconds. Default DefaultTTL
 	// (5 s).
 	TTL time.Duration
-	// RenewEvery is how often the holder renews. Default TTL/3; at most TTL/2. Half of it is the
-	// safety margin: a lease counts as held until TTL minus RenewEvery/2 after the last successful
-	// claim or renewal was sent (see Lease.Held).
+	// RenewEvery is how often the holder renews, and how long one renewal may take. Default TTL/3; at
+	// least MinRenewEvery (100 ms), at most TTL/2. Half of it is the safety margin: a lease counts as
+	// held until TTL minus RenewEvery/2 after the last successful claim or renewal was sent (see
+	// Lease.Held).
 	RenewEvery time.Duration
 	// Purpose, optional, is stored in the lease document to tell operators what the lease is for.
 	Purpose string
@@ -47,6 +56,10 @@ type Options struct {
 	OffsetKey string
 	// Logger receives renewal failures and losses. Default: discard.
 	Logger *slog.Logger
+
+	// settleClaims makes a claim whose ctx ends while its put is out wait for the reply, and undo a
+	// claim that committed, before it returns (claimPut). Set by NewElector.
+	settleClaims bool
 
 	// Test hooks (export_test.go); nil in production.
 	onRenewed    func(rev uint64)    // after each successful renewal, with the new revision
@@ -57,6 +70,8 @@ type Options struct {
 	onLastWait   func()              // renewal loop: each time it waits with no renewal due before the deadline
 	onClaim      func()              // Campaign: before each claim made once the key looked free
 	onHeldWait   func(*client.Cache) // Campaign: before it waits for its cache to reach a refusal's revision
+	onRenew      func()              // renewal loop: before each renewal reads the lease's revision
+	onResolved   func()              // a refused guarded write found an unanswered renewal its own, before adopting it
 }
 
 // margin is the safety margin subtracted from TTL when deciding whether the lease is still held.
@@ -64,6 +79,10 @@ func (o *Options) margin() time.Duration { return o.RenewEvery / 2 }
 
 // ttlMs is the ttl_ms sent with every claim and renewal.
 func (o *Options) ttlMs() int64 { return o.TTL.Milliseconds() }
+
+// errNilClient refuses a nil *client.Client at construction, rather than a nil dereference in the
+// first request (Claim, Campaign) or, for an Elector, only once Run is called.
+var errNilClient = errors.New("lease: nil client")
 
 // resolve validates o and returns it with its defaults applied.
 func (o Options) resolve() (Options, error) {
@@ -88,8 +107,8 @@ func (o Options) resolve() (Options, error) {
 	if o.RenewEvery == 0 {
 		o.RenewEvery = o.TTL / 3
 	}
-	if o.RenewEvery < 0 || o.RenewEvery > o.TTL/2 {
-		return o, fmt.Errorf("lease: RenewEvery %v must be positive and at most TTL/2 (%v)", o.RenewEvery, o.TTL/2)
+	if o.RenewEvery < MinRenewEvery || o.RenewEvery > o.TTL/2 {
+		return o, fmt.Errorf("lease: RenewEvery %v must be at least %v and at most TTL/2 (%v)", o.RenewEvery, MinRenewEvery, o.TTL/2)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -203,3 +203,48 @@ func TestCampaignRefusedJustBeforeARestore(t *testing.T) {
 		t.Fatalf("lease entry after the campaign: %+v %v (the rival's claim was at %d, before the restore)", e, err, rivalRev)
 	}
 }
+
+// A restore voids the lease's revision (SPEC section 4), and a new holder's claim in the new epoch
+// may reach it. Once the former holder's lease has learned of the restore (Lost, ErrRestored), a
+// write fenced with its Guard must fail GUARD_FAILED (SPEC section 5): it was the old revision, which
+// the new holder's entry carried, and the write went through.
+func TestGuardOfALeaseLostToARestore(t *testing.T) {
+	s := startStated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	holder, other := statedClient(t, s), statedClient(t, s)
+	backup := s.OfflineBackup() // the namespace was never written: its revision is 0
+	o := opts(key, "replica-a", 3*time.Second)
+	o.RenewEvery = time.Second // the first renewal after the restore finds the new epoch
+	la, err := lease.Claim(ctx, holder, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { releaseNow(t, la) }) // lost to the restore: nothing to delete
+	s.Restore(backup)
+	lb, err := lease.Claim(ctx, other, opts(key, "replica-b", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { releaseNow(t, lb) })
+	if lb.Revision() != la.Revision() {
+		t.Fatalf("new holder at %d, former at %d: the test needs them equal", lb.Revision(), la.Revision())
+	}
+	closed(t, la.Lost(), "the former holder's lease to learn of the restore")
+	if !errors.Is(la.Err(), lease.ErrRestored) {
+		t.Fatalf("former holder's lease: %v, want ErrRestored", la.Err())
+	}
+	g := la.Guard()
+	_, err = holder.Put(ctx, wire.PutRequest{Namespace: ns, Key: "status/front-door", Schema: wire.SchemaObservedStatus,
+		Guard: &g, Document: statusPut("status/front-door", "active").Document})
+	if wire.CodeOf(err) != wire.CodeGuardFailed {
+		t.Fatalf("former holder's write with its Guard %+v: %v, want GUARD_FAILED", g, err)
+	}
+	if _, err := other.Get(ctx, ns, "status/front-door"); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("the former holder wrote: %v", err)
+	}
+	// The new holder's guard is its own revision and lets its writes through.
+	if g := lb.Guard(); g.Key != key || uint64(g.Revision) != lb.Revision() {
+		t.Fatalf("new holder's Guard %+v at revision %d", g, lb.Revision())
+	}
+}

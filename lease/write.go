@@ -133,6 +133,9 @@ func (l *Lease) movedOn(ctx context.Context, g wire.Guard, refusal error) bool {
 		if v != ours {
 			return false // someone else's, or unknown: the next renewal finds out
 		}
+		if l.o.onResolved != nil {
+			l.o.onResolved()
+		}
 		l.adoptIf(r.rev, r.sent, true)
 		l.mu.Lock()
 		retry := l.heldLocked() && uint64(g.Revision) != l.rev
