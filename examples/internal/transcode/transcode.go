@@ -338,9 +338,11 @@ func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (rec
 	t.mu.Unlock()
 	if known && old.leaseKey != cur.leaseKey && (b == nil || b.leaseKey != old.leaseKey) {
 		// The intent names another output now, and this worker did not hold the old one (its holder,
-		// which did, stops it itself, in claim). Its holder may have died before it saw the change:
-		// its publication is stopped first, or once its lease expires, before the new output is
-		// claimed here; a status about the new output would no longer name it.
+		// which did, stops it itself, in claim). The new output is claimed here only once the old
+		// one's lease is no longer held for the intent: its holder may still be starting (and then
+		// report) the old publication, over the new holder's status; or it died before it saw the
+		// change, and its publication is stopped once its lease expires. A status about the new
+		// output would no longer name it.
 		if !t.stopOrphan(ctx, req.Key, old) {
 			return reconciler.Result{RequeueAfter: t.cfg.LeaseTTL}, nil
 		}
@@ -380,15 +382,17 @@ const (
 
 // stopOrphan stops the publication that a gone holder of out left for the intent key: a holder
 // killed (or stalled past its lease) before it saw the intent withdrawn, deleted or pointed at
-// another output. It reports whether nothing is left to do: there was no such publication, or it is
-// stopped, or out's lease serves another intent. false means out's lease is still held for this
-// intent (by a live holder, which stops its publication itself, or a dead one whose lease has not
-// expired yet), or the media server did not answer: try again later.
+// another output. It reports whether nothing is left to do: there was no such publication (and
+// out's lease is not held for the intent: its holder may yet report one), or it is stopped, or out's
+// lease serves another intent. false means out's lease is still held for this intent (by a live
+// holder, which stops its publication itself, or a dead one whose lease has not expired yet), or the
+// store or the media server did not answer: try again later.
 //
 // It acts only as the holder of out's lease, claimed create-only, so that at most one worker does,
-// and only on what the intent's status names: a publication of out's variant, reported by another
-// worker, not stopped, while no worker holds another output's lease for the intent (whose status it
-// would be). The "stopped" it writes is guarded by the lease and compare-and-set on the status read.
+// and only on what the intent's status names: a publication of out's variant, not stopped (reported
+// by another worker, or by an earlier process of this worker's id), while no worker holds another
+// output's lease for the intent (whose status it would be). The "stopped" it writes is guarded by
+// the lease and compare-and-set on the status read.
 func (t *Transcoder) stopOrphan(ctx context.Context, key string, out output) bool {
 	c := t.w.Client()
 	stKey := statusKey(key)
@@ -407,13 +411,27 @@ func (t *Transcoder) stopOrphan(ctx context.Context, key string, out output) boo
 		}
 		return st, e.Revision, true, nil
 	}
+	// A status of this worker's id is no exception: this worker holds no binding of out (its
+	// callers see to that), so the publication is of an earlier process of the same id, restarted.
 	orphan := func(st reconciler.ObservedStatus) bool {
-		return st.PublicationID != "" && st.State != reconciler.StateStopped && st.Holder != t.cfg.WorkerID && st.VariantID == out.variantID
+		return st.PublicationID != "" && st.State != reconciler.StateStopped && st.VariantID == out.variantID
+	}
+	// The lease first, then the status: a holder reports what it published before its lease can
+	// go, so a status read once the lease is gone names whatever it left.
+	held, err := t.leaseHeldFor(ctx, out.leaseKey, key)
+	if err != nil {
+		return false
 	}
 	if st, _, ok, err := read(ctx); err != nil {
 		return false
 	} else if !ok || !orphan(st) {
-		return true // the usual case: the holder let go and reported it, or nothing was published
+		// The usual case: the holder let go and reported it, or nothing was published. But while
+		// out's lease is still held for the intent, its holder may be starting the publication (a
+		// slow media server) and die before it reports it: the status says nothing yet, and an
+		// intent forgotten now (deleted, or claimed for another output) would never be looked at
+		// again. Looked at again once the lease is gone (its delete or expiry re-enqueues the
+		// intent; a deleted one comes back after LeaseTTL).
+		return !held
 	}
 	l, err := lease.Claim(ctx, c, lease.Options{Namespace: t.ns, Key: out.leaseKey, Holder: t.cfg.WorkerID,
 		TTL: t.cfg.LeaseTTL, Purpose: purposeStop + key, Logger: t.cfg.Logger})
@@ -457,6 +475,24 @@ func (t *Transcoder) stopOrphan(ctx context.Context, key string, out output) boo
 	delete(t.lastStatus, key) // written by this worker outside any binding: the next one writes afresh
 	t.mu.Unlock()
 	return true
+}
+
+// leaseHeldFor reports whether the lease leaseKey is held for the intent key: by a holder that
+// publishes the intent's output, or by a worker that stops what such a holder left. A lease that is
+// missing is not held (nil error); one that cannot be read is an error, which says nothing.
+func (t *Transcoder) leaseHeldFor(ctx context.Context, leaseKey, key string) (bool, error) {
+	e, err := t.w.Client().Get(ctx, t.ns, leaseKey)
+	if errors.Is(err, wire.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var d wire.LeaseDocument
+	if json.Unmarshal(e.Document, &d) != nil {
+		return false, nil
+	}
+	return d.Purpose == purposePublish+key || d.Purpose == purposeStop+key, nil
 }
 
 // otherOutputHeld reports whether a lease other than leaseKey is held for the intent key, read from
@@ -642,7 +678,7 @@ func streamFor(src capabilities.Source, in reconciler.MediaIntent) (capabilities
 }
 
 // writeStatus writes the intent's observed status under status/, guarded by the lease when b is set,
-// skipping a write that would say what the last one said.
+// skipping a write that would say what the last one said while the store still says it.
 //
 // The write is not abandoned when ctx ends (a stop, the lease's loss): the store would still commit a
 // put whose answer nobody waits for, maybe after the status a later write says (the releaser's
@@ -657,14 +693,23 @@ func (t *Transcoder) writeStatus(ctx context.Context, b *binding, key string, st
 // worker wrote since: another output's lease holder, after the intent changed its output.
 func (t *Transcoder) putStatus(ctx context.Context, b *binding, key string, st reconciler.ObservedStatus, onlyOverOurs bool) {
 	ctx = context.WithoutCancel(ctx)
-	sig := string(st.State) + "|" + st.PublicationID + "|" + st.Message + "|" + st.ErrorCode
+	doc := st.Document()
+	sig := statusSig(doc)
 	t.mu.Lock()
 	last, known := t.lastStatus[key]
 	t.mu.Unlock()
 	if last.sig == sig {
-		return
+		replaced, rev := t.statusReplaced(ctx, key, sig)
+		if !replaced {
+			if rev != 0 {
+				t.mu.Lock()
+				t.lastStatus[key] = statusMemo{sig: sig, rev: rev}
+				t.mu.Unlock()
+			}
+			return
+		}
 	}
-	req := wire.PutRequest{Namespace: t.ns, Key: statusKey(key), Schema: reconciler.ObservedStatusSchema, Document: st.Document()}
+	req := wire.PutRequest{Namespace: t.ns, Key: statusKey(key), Schema: reconciler.ObservedStatusSchema, Document: doc}
 	if onlyOverOurs {
 		expected := int64(0)
 		if known {
@@ -694,6 +739,34 @@ func (t *Transcoder) putStatus(ctx context.Context, b *binding, key string, st r
 		t.event("capability ready", key, "%s READY, published by %s", st.VariantID, t.cfg.Principal)
 	}
 	t.event("status", key, "%s %s", st.State, st.Message)
+}
+
+// statusSig is what a status document says, without when: two documents with one sig say the same.
+func statusSig(doc json.RawMessage) string {
+	var st wire.ObservedStatus
+	_ = json.Unmarshal(doc, &st)
+	return strings.Join([]string{string(st.State), st.PublicationID, st.Message, st.ErrorCode, st.Holder, st.VariantID,
+		st.SubscriptionID}, "|")
+}
+
+// statusReplaced reports whether the intent's status entry no longer says sig, which this worker last
+// wrote: another worker wrote over it since, or it was deleted. A holder of the intent's former
+// output that had not yet seen the change, or a worker behind on an intent that was invalid, writes
+// over the current holder's report; unless the holder says it again, the status stays wrong for as
+// long as nothing changes here. What is compared is what the entry says, not its revision, which a
+// restore voids. The same words from another worker (every worker reports an invalid intent) are not
+// written again: each would then write over the others' at every look. A store that cannot be read
+// says nothing (false). Otherwise rev is the entry's revision, which the "stopped" of letGo is written
+// over.
+func (t *Transcoder) statusReplaced(ctx context.Context, key, sig string) (replaced bool, rev uint64) {
+	e, err := t.w.Client().Get(ctx, t.ns, statusKey(key))
+	switch {
+	case errors.Is(err, wire.ErrNotFound):
+		return true, 0
+	case err != nil:
+		return false, 0
+	}
+	return statusSig(e.Document) != sig, e.Revision
 }
 
 // stopBinding stops the publication, reports stopped and releases the lease. The "stopped" is written
