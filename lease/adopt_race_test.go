@@ -5,9 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keeppeek/coordination/internal/testenv"
 	"github.com/keeppeek/coordination/lease"
-	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -17,15 +15,8 @@ import (
 // must stay held; it was lost ("renewal refused", the entry taken for gone, so Release would not even
 // delete it and a standby waited out the TTL).
 func TestRenewalRefusedAfterAGuardedWriteAdoptedAnUnansweredOne(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{})
-	admin := newClient(t, env)
+	env, puts := watchedLease(t)
 	ctx := ctxT(t)
-	puts, onPut := notifier[wire.Entry]()
-	cache, err := admin.NewCache(ctx, client.CacheOptions{Namespace: ns, KeyPrefix: key, Handlers: client.Handlers{OnPut: onPut}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cache.Close() }()
 
 	// await receives from ch in a hook, bounded: a hook that waits for ever would hang the lease.
 	await := func(ch <-chan struct{}, what string) {

@@ -18,15 +18,8 @@ import (
 // go through with the new revision, not hand a holder that keeps its lease a GUARD_FAILED (which
 // callers read as "fenced off").
 func TestGuardedWriteAfterAnUnansweredRenewal(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{})
-	admin := newClient(t, env)
+	env, puts := watchedLease(t)
 	ctx := ctxT(t)
-	puts, onPut := notifier[wire.Entry]()
-	cache, err := admin.NewCache(ctx, client.CacheOptions{Namespace: ns, KeyPrefix: key, Handlers: client.Handlers{OnPut: onPut}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cache.Close() }()
 
 	var current atomic.Pointer[lease.Lease]
 	ready := make(chan struct{})
@@ -62,4 +55,19 @@ func TestGuardedWriteAfterAnUnansweredRenewal(t *testing.T) {
 	if l.Revision() != renewal.Revision || e.Revision <= renewal.Revision || !l.Held() {
 		t.Fatalf("lease at %d (renewal %d), put at %d, held %v", l.Revision(), renewal.Revision, e.Revision, l.Held())
 	}
+}
+
+// watchedLease starts a store, and an admin client whose cache of the lease key sends each PUT it
+// sees to puts (the claim, then each renewal, even one whose reply the lease never gets).
+func watchedLease(t *testing.T) (env *testenv.Env, puts <-chan wire.Entry) {
+	t.Helper()
+	env = testenv.Start(t, testenv.Options{})
+	admin := newClient(t, env)
+	ch, onPut := notifier[wire.Entry]()
+	cache, err := admin.NewCache(ctxT(t), client.CacheOptions{Namespace: ns, KeyPrefix: key, Handlers: client.Handlers{OnPut: onPut}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cache.Close() })
+	return env, ch
 }

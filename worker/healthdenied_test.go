@@ -27,14 +27,8 @@ func TestWorkerUnhealthyWhenHeartbeatsAreDenied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runReady(t, w)
 	deadline := time.Now().Add(10 * time.Second)
-	for w.Status() != "ready" && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
 	// Several heartbeats have been refused by now; poll until the worker says so (bounded).
 	for {
 		if err := w.Healthy(); err != nil {
@@ -45,5 +39,22 @@ func TestWorkerUnhealthyWhenHeartbeatsAreDenied(t *testing.T) {
 			t.Fatalf("a worker whose heartbeats are all refused is healthy (last error %v)", w.Conn().LastError())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// runReady runs w until the test's end, and returns once it reports ready (Status; Healthy has no
+// event to wait for, so both are polled, bounded).
+func runReady(t *testing.T, w *worker.Worker) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(10 * time.Second)
+	for w.Status() != wire.StatusReady {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker status %q after 10 s, want ready", w.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

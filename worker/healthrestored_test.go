@@ -31,15 +31,8 @@ func TestWorkerHealthyAgainOnceHeartbeatsAreAllowed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-
+	runReady(t, w)
 	deadline := time.Now().Add(10 * time.Second)
-	for w.Status() != wire.StatusReady && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
 	for w.Healthy() == nil {
 		if time.Now().After(deadline) {
 			t.Fatal("a worker whose heartbeats are refused is healthy")

@@ -215,23 +215,7 @@ func TestE2EWaitForRevisionAcrossARestoreTheCacheHasNotSeen(t *testing.T) {
 	}
 	// What the wait learned makes the cache resync: it then holds the write, in the new epoch.
 	newEpoch := epochOf(t, ctx, writer)
-	for {
-		err := k.WaitForRevisionIn(ctx, newEpoch, mine.Revision)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrEpochChanged) {
-			t.Fatal(err)
-		}
-		k.mu.RLock()
-		changed := k.changed
-		k.mu.RUnlock()
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			t.Fatal("the cache never moved to the new epoch")
-		}
-	}
+	waitInEpoch(t, ctx, k, newEpoch, mine.Revision)
 	if _, held := k.Get("items/mine"); !held {
 		t.Fatal("the cache does not hold the write it waited for")
 	}
@@ -304,4 +288,27 @@ func TestE2ENoRevisionOfANewEpochCountsBeforeItsOnResyncReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	matchesStore(t, ctx, k, writer)
+}
+
+// waitInEpoch waits until k holds revision rev of epoch, the store's new one after a restore: while k
+// still holds the old epoch, each wait answers ErrEpochChanged and the next waits for k to change.
+func waitInEpoch(t *testing.T, ctx context.Context, k *Cache, epoch string, rev uint64) {
+	t.Helper()
+	for {
+		err := k.WaitForRevisionIn(ctx, epoch, rev)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrEpochChanged) {
+			t.Fatal(err)
+		}
+		k.mu.RLock()
+		changed := k.changed
+		k.mu.RUnlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatal("the cache never moved to the new epoch")
+		}
+	}
 }

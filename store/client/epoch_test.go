@@ -36,23 +36,7 @@ func TestE2EStaleEpochNudgesResyncOnce(t *testing.T) {
 	wg.Wait()
 	// A write of the new epoch, waited for: every nudge sent above has been taken by now or is next.
 	mine := putItem(t, ctx, writer, "mine")
-	for {
-		err := k.WaitForRevisionIn(ctx, newEpoch, mine.Revision)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrEpochChanged) {
-			t.Fatal(err)
-		}
-		k.mu.RLock()
-		changed := k.changed
-		k.mu.RUnlock()
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			t.Fatal("the cache never moved to the new epoch")
-		}
-	}
+	waitInEpoch(t, ctx, k, newEpoch, mine.Revision)
 	// A write after that, waited for too: a stale nudge still queued would have been taken before it.
 	again := putItem(t, ctx, writer, "again")
 	if err := k.WaitForRevision(ctx, again.Revision); err != nil {

@@ -1,15 +1,12 @@
 package transcode_test
 
 import (
-	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/keeppeek/coordination/capabilities/sim"
 	"github.com/keeppeek/coordination/coordinator"
-	"github.com/keeppeek/coordination/examples/internal/simtest"
 	"github.com/keeppeek/coordination/examples/internal/transcode"
 	"github.com/keeppeek/coordination/reconciler"
 	"github.com/keeppeek/coordination/store/wire"
@@ -29,25 +26,7 @@ func killedHolder(t *testing.T, f *fixture) {
 		return err == nil && strings.Contains(string(e.Document), `"state":"active"`)
 	})
 	kill()
-	standby := make(chan struct{})
-	var once sync.Once
-	tx2, err := transcode.New(transcode.Config{Conn: f.Connect(t, svc), Principal: svc, WorkerID: "tx-2", Service: svc,
-		LeaseTTL: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-		Events: func(e transcode.Event) {
-			if e.Kind == "standby" {
-				once.Do(func() { close(standby) })
-			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	simtest.Run(t, tx2.Run)
-	// The standby has seen the intent, and the dead holder's lease, before anything changes.
-	select {
-	case <-standby:
-	case <-time.After(10 * time.Second):
-		t.Fatal("tx-2 did not stand by")
-	}
+	standbyOf(t, f) // it has seen the intent, and the dead holder's lease, before anything changes
 }
 
 // The holder dies, and then the coordinator withdraws the intent (desired false): the standby, once
