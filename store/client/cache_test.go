@@ -260,6 +260,11 @@ func TestCacheAppliesUpdatesAndWaitForRevision(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatal("no EXPIRE")
 	}
+	// The handler runs before the cache's revision moves (WaitForRevision returns once handlers have
+	// seen it): wait for it rather than read it at once.
+	if err := k.WaitForRevision(ctx, le.Revision+1); err != nil {
+		t.Fatal(err)
+	}
 	if _, ok := k.Get("lease"); ok || k.Revision() != le.Revision+1 {
 		t.Fatalf("after expiry: cached %v, revision %d (lease at %d)", ok, k.Revision(), le.Revision)
 	}
