@@ -59,9 +59,10 @@ type StopPublicationRequest struct {
 //
 // A reply is either ok with the command's result fields or not ok with an error object; never both.
 // The simulator answers so, and repeats an error's code and message at the top level, as SPEC
-// section 12 writes errors, for clients that know no envelope. Commands also reads the replies as SPEC section 12 writes them, without
-// the envelope: a bare result ({"subscription_id": ..., "variant_id": ...}, {} for unsubscribe and
-// stop_publication) and a bare error ({"code": ..., "message": ...}).
+// section 12 writes errors, for clients that know no envelope. Commands also reads the replies as
+// SPEC section 12 writes them, without the envelope: a bare result ({"subscription_id": ...,
+// "variant_id": ...}, {} for unsubscribe and stop_publication) and a bare error ({"code": ...,
+// "message": ...}).
 type Reply struct {
 	OK             bool   `json:"ok"`
 	Error          *Error `json:"error,omitempty"`

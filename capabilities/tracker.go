@@ -164,7 +164,7 @@ func NewTracker(nc *nats.Conn, opts TrackerOptions) *Tracker {
 // answers a fetch sent before another found no media server answering); if ctx ends first, the
 // subscription fails or the NATS connection is closed, it stops the tracker and returns the error
 // (ErrTrackerStopped wrapping nats.ErrConnectionClosed for the last). ctx bounds only this wait: the
-// tracker runs until Stop. Start may be called once.
+// tracker runs until Stop. Start may be called once; after Stop it returns ErrTrackerStopped.
 func (t *Tracker) Start(ctx context.Context) error {
 	if t.optErr != nil {
 		return t.optErr

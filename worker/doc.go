@@ -2,8 +2,9 @@
 // worker id, service), heartbeats (SPEC section 11) that list the leases it holds, the components it
 // runs (reconciler controllers, electors, anything with Start and Stop), health, and a graceful stop:
 // announce draining, stop reconciling, release leases, announce stopping. The heartbeats list the
-// leases the worker was told of with HoldLease (and not yet DropLease): a job that claims a lease, an
-// Elector's OnStarted included, says so.
+// leases the worker was told of with HoldLease (and not yet DropLease), as many as fit in a heartbeat's
+// 64 KiB (the last, in key order, left out): a job that claims a lease, an Elector's OnStarted
+// included, says so.
 //
 //	w, _ := worker.New(worker.Options{Conn: nc, Principal: "transcoder-a", WorkerID: "tx-1", Service: "transcoder-a"})
 //	w.Add(controller)            // started in order, stopped in reverse

@@ -2,7 +2,8 @@
 // and demos: it answers `<prefix>.caps.v1.get` with its ServerCapabilities, announces every change on
 // `<prefix>.caps.v1.changed` (the generation grows by one per change), and serves the media commands
 // subscribe, unsubscribe, start_publication and stop_publication on `<prefix>.media.v1.*.<command>`,
-// taking the principal from the subject token.
+// taking the principal from the subject token. A command's reply is the envelope of capabilities.Reply;
+// an error reply also carries its code and message at the top level, as SPEC section 12 writes errors.
 //
 // It behaves like a real media server where that matters to a worker: sources have a stable source_id
 // and a transient session_id that changes when a source reconnects (SetOnline); a started publication

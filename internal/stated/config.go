@@ -156,7 +156,8 @@ func DefaultConfig() *Config {
 		NATS: NATSConfig{Listen: DefaultNATSListen}}
 }
 
-// LoadConfig reads and validates a configuration file. Unknown keys are errors.
+// LoadConfig reads and validates a configuration file. Unknown keys are errors; keys are
+// case-sensitive, so DATA_DIR or a principal's Admin is unknown (see exactKey).
 func LoadConfig(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -364,7 +364,9 @@ func readyz(st *store.Store, stopping *atomic.Bool) http.HandlerFunc {
 }
 
 // reload rereads the configuration file and applies its principals: NATS users and permissions on the
-// embedded server, and the server's principals (closing watches that lost permission).
+// embedded server, and the server's principals (closing watches that lost permission). A file
+// LoadConfig refuses, or whose bounds the NATS server could not carry (the next start would fail on
+// them), is refused whole: nothing is applied.
 func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, internalPassword string, logger *slog.Logger) {
 	if cfg.Path() == "" {
 		logger.Info("SIGHUP: no configuration file to reload")

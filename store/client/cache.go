@@ -399,7 +399,8 @@ func (k *Cache) Resyncs() uint64 { return k.resyncs.Load() }
 // A re-watch still unanswered is waited for (at most the client's request timeout for its reply, and
 // as long again for its unwatch), so that no watch is left on the server once Close returned, even if
 // the connection is closed next. Close returns the unwatch error, if any other than NOT_FOUND or a
-// closed connection; later calls return the same.
+// closed connection, or an error saying that the re-watch is still unanswered after that wait (the
+// watch may then stay registered); later calls return the same.
 func (k *Cache) Close() error {
 	k.closeOnce.Do(func() {
 		k.cancel()

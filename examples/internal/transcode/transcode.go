@@ -3,7 +3,9 @@
 // intents under intents/ of its service namespace, claims leases/<source>-<kind>-<variant> create-only
 // with a TTL, resolves the intent's stable source_id to the media server's current session, starts the
 // publication with the intent's recording_mode, waits for the actual variant to be READY, and writes
-// observed status under status/ guarded by its lease. A standby stays idle until the lease goes.
+// observed status under status/ guarded by its lease. A standby stays idle until the lease goes. A
+// publication whose holder died before it saw its intent withdrawn or changed is stopped, once that
+// holder's lease has expired, by a worker that saw the change (see examples/transcoder/README.md).
 package transcode
 
 import (
