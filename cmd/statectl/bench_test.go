@@ -1,8 +1,10 @@
 package main_test
 
 import (
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // statectl bench refuses, as a usage error and before it connects, a round count it could not hold
@@ -25,5 +27,45 @@ func TestBenchRefusesWhatItCannotDoSafely(t *testing.T) {
 	}
 	if got := e.getJSON("service/bench", "fanout/mine"); got.Revision != mine.Revision {
 		t.Errorf("fanout/mine went from revision %d to %d", mine.Revision, got.Revision)
+	}
+}
+
+// Flags that cannot work are bad usage, exit 2, before the bench connects or writes: a metrics URL
+// without a host (it failed with exit 1 once the bench had written its first keys) and a principal
+// given twice in --admins (it ran, and reported two principals).
+func TestBenchRefusesBadFlagsAsUsage(t *testing.T) {
+	e := start(t, "")
+	for _, args := range [][]string{
+		{"--metrics-url", "http:///metrics"},
+		{"--admins", "coordinator:coord-pw,coordinator:coord-pw", "--metrics-url", ""},
+	} {
+		r := e.run(append([]string{"bench", "--owners", "2", "--rounds", "1", "--writers", "2", "--connections", "2",
+			"--watches", "2", "--entries", "2", "--idle", "0s"}, args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, "statectl: USAGE: ") {
+			t.Errorf("bench %q: want exit 2 and a USAGE error, got %s", args, r)
+		}
+	}
+	if r := e.ok("ls", "service/bench", "--json"); !strings.Contains(r.stdout, `"entries":[]`) {
+		t.Fatalf("a refused bench wrote: %s", r.stdout)
+	}
+}
+
+// A Ctrl-C stops the bench, which removes its keys before it exits 130.
+func TestBenchInterruptedCleansUp(t *testing.T) {
+	e := start(t, "")
+	p := e.start("bench", "--owners", "1", "--rounds", "10000", "--writers", "1", "--connections", "1", "--watches", "1",
+		"--entries", "1", "--idle", "0s", "--metrics-url", "")
+	p.awaitStderr("serial CAS:")
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("the bench did not stop within %v of a Ctrl-C; stderr:\n%s", timeout, p.stderr())
+	}
+	if p.code != 130 || !strings.Contains(p.stderr(), "statectl: INTERRUPTED: ") {
+		t.Fatalf("exit %d, want 130 and INTERRUPTED; stderr:\n%s", p.code, p.stderr())
+	}
+	if r := e.ok("ls", "service/bench", "--json"); !strings.Contains(r.stdout, `"entries":[]`) {
+		t.Fatalf("the interrupted bench left entries: %s", r.stdout)
 	}
 }

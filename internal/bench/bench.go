@@ -40,7 +40,9 @@ type Config struct {
 	// Namespace receives every key the bench writes: a service/<id> namespace or user/<id> (the
 	// bench document's schema is allowed in both). Default service/bench.
 	Namespace string
-	// RequestTimeout bounds each request. Default client.DefaultRequestTimeout (5 s).
+	// RequestTimeout bounds each request, whatever deadline Run's context has, and each scrape of
+	// the metrics; a fanout watch's first snapshot (three requests) gets four times as long. Default
+	// client.DefaultRequestTimeout (5 s).
 	RequestTimeout time.Duration
 	// Owners is the number of keys of the serial phase; it runs Owners x Rounds compare-and-sets.
 	// Default 127.
@@ -98,10 +100,16 @@ func (c *Config) Validate() error {
 	if len(c.Principals) == 0 {
 		return errors.New("bench: no principals")
 	}
+	seen := map[string]bool{}
 	for _, p := range c.Principals {
 		if !wire.ValidPrincipalID(p.ID) {
 			return fmt.Errorf("bench: invalid principal id %q", p.ID)
 		}
+		if seen[p.ID] {
+			// Counted twice, it would be reported as two principals and its watches checked as two's.
+			return fmt.Errorf("bench: principal %q is given twice", p.ID)
+		}
+		seen[p.ID] = true
 	}
 	if !wire.ValidPrefix(c.Prefix) {
 		return fmt.Errorf("bench: invalid subject prefix %q", c.Prefix)
@@ -129,7 +137,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("bench: negative idle wait %v", c.Idle)
 	}
 	if c.MetricsURL != "" {
-		if u, err := url.Parse(c.MetricsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		if u, err := url.Parse(c.MetricsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("bench: metrics URL %q is not an http URL", c.MetricsURL)
 		}
 	}
@@ -161,6 +169,9 @@ type runner struct {
 	doc   []byte
 	conns []*client.Client
 	info  wire.Info
+	// statedStart is the process_start_time_seconds of the stated whose metrics the bench read first
+	// (0 before): every later read must come from the same process.
+	statedStart float64
 }
 
 // Run measures the stated at cfg.URL and returns the report. It fails before writing anything when
@@ -169,7 +180,8 @@ type runner struct {
 // max_total_value_bytes; what others store counts too, and the server refuses what the bench could
 // not foresee), and when the namespace holds, under the bench's key prefixes, an entry the bench
 // did not write. Errors from the server keep their *wire.Error; a failure to connect
-// wraps ErrConnect.
+// wraps ErrConnect; a restart of stated seen in its metrics wraps ErrRestarted. A run that fails and
+// cannot remove its keys either says so in its error.
 func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -210,8 +222,15 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 			defer cancel()
 			r.logf("removing the bench's keys")
-			if cerr := r.deleteUnder(cctx, serialPrefix, writerPrefix, fanoutPrefix, idlePrefix); cerr != nil && err == nil {
-				rep, err = nil, fmt.Errorf("bench: clean up: %w", cerr)
+			cerr := r.deleteUnder(cctx, serialPrefix, writerPrefix, fanoutPrefix, idlePrefix)
+			switch {
+			case cerr == nil:
+			case err == nil:
+				rep, err = nil, fmt.Errorf("bench: clean up: %w; the bench's keys in %s may be left behind (the next run removes them)", cerr, cfg.Namespace)
+			default:
+				// The run's failure stays the error (its code, its exit status); the caller also
+				// learns that the keys stay.
+				err = fmt.Errorf("%w; the clean up failed too (%v): the bench's keys in %s may be left behind (the next run removes them)", err, cerr, cfg.Namespace)
 			}
 		}()
 	}
@@ -268,9 +287,18 @@ func (r *runner) close() {
 	}
 }
 
+// bounded returns ctx bounded by the request timeout. The client applies its own timeout only to a
+// context without a deadline: under a caller's (go test's, the cleanup's two minutes) a stalled stated
+// would otherwise hold each request for all of it.
+func (r *runner) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.cfg.RequestTimeout)
+}
+
 // check reads the server's bounds and refuses a workload they cannot hold.
 func (r *runner) check(ctx context.Context) error {
-	info, err := r.conns[0].Info(ctx)
+	ictx, cancel := r.bounded(ctx)
+	info, err := r.conns[0].Info(ictx)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("bench: info: %w", err)
 	}
@@ -328,7 +356,9 @@ func (r *runner) seed(ctx context.Context, keys []string) ([]int64, error) {
 	revs := make([]int64, len(keys))
 	err := parallel(len(keys), len(r.conns), func(w, i int) error {
 		zero := int64(0)
-		e, err := r.conns[w].Put(ctx, r.put(keys[i], &zero))
+		pctx, cancel := r.bounded(ctx)
+		e, err := r.conns[w].Put(pctx, r.put(keys[i], &zero))
+		cancel()
 		if err != nil {
 			return fmt.Errorf("create %s: %w", keys[i], err)
 		}
@@ -350,7 +380,9 @@ func (r *runner) listUnder(ctx context.Context, prefixes ...string) (own []liste
 	for _, p := range prefixes {
 		after := ""
 		for {
-			page, err := r.conns[0].List(ctx, wire.ListRequest{Namespace: r.cfg.Namespace, KeyPrefix: p, AfterKey: after, Limit: wire.MaxListLimit})
+			lctx, cancel := r.bounded(ctx)
+			page, err := r.conns[0].List(lctx, wire.ListRequest{Namespace: r.cfg.Namespace, KeyPrefix: p, AfterKey: after, Limit: wire.MaxListLimit})
+			cancel()
 			if err != nil {
 				return nil, nil, fmt.Errorf("list %s: %w", p, err)
 			}
@@ -375,7 +407,9 @@ func (r *runner) listUnder(ctx context.Context, prefixes ...string) (own []liste
 func (r *runner) deleteListed(ctx context.Context, own []listed) error {
 	return parallel(len(own), max(len(r.conns), 16), func(w, i int) error {
 		rev := own[i].rev
-		_, err := r.conns[w%len(r.conns)].Delete(ctx, wire.DeleteRequest{Namespace: r.cfg.Namespace, Key: own[i].key, ExpectedRevision: &rev})
+		dctx, cancel := r.bounded(ctx)
+		_, err := r.conns[w%len(r.conns)].Delete(dctx, wire.DeleteRequest{Namespace: r.cfg.Namespace, Key: own[i].key, ExpectedRevision: &rev})
+		cancel()
 		if err != nil && !errors.Is(err, wire.ErrNotFound) && !errors.Is(err, wire.ErrConflict) {
 			return fmt.Errorf("delete %s: %w", own[i].key, err)
 		}

@@ -98,6 +98,12 @@ func TestConfigValidate(t *testing.T) {
 		// here, not met as a panic or an exhausted memory after the bench connected.
 		"huge rounds": func(c *Config) { c.Rounds = math.MaxInt },
 		"many rounds": func(c *Config) { c.Rounds = 1_000_000 },
+		// A URL without a host is refused here, as bad usage, not met after the bench wrote.
+		"hostless metrics": func(c *Config) { c.MetricsURL = "http:///metrics" },
+		// A principal named twice would be counted twice (Report.Principals, the watches' fit).
+		"principal twice": func(c *Config) {
+			c.Principals = []Principal{{ID: "a", Password: "x"}, {ID: "b"}, {ID: "a", Password: "y"}}
+		},
 	} {
 		c := DefaultConfig()
 		mut(&c)

@@ -15,9 +15,14 @@
 //     by a client.Cache with its default options (so each acknowledges as a Cache does: one ack for
 //     the updates of up to 100 ms), Rounds puts; the time from the start of a put until the last
 //     cache holds the update; p50 and p95;
-//  4. idle memory: Entries entries (rss/e-NNNN) written, Idle waited, then stated's resident set size
+//  4. idle memory: Entries entries (rss/e-NNN, as many digits as Entries-1 needs) written, Idle waited, then stated's resident set size
 //     read from process_resident_memory_bytes on its /metrics (rss-idle-N-conns-MiB, all N
 //     connections open); then every connection but one closed, Idle waited, read again (rss-idle-MiB).
+//
+// The figures read from the metrics are of one stated process: a run during which it restarted (its
+// process_start_time_seconds moved, or a counter went back) fails with ErrRestarted rather than report
+// differences of two processes' counters. Every request is bounded by Config.RequestTimeout, whatever
+// Run's context allows.
 //
 // Every document is the same schema-valid keeppeek.media-intent.v1 of exactly DocumentBytes compact
 // bytes (Document). The bench removes what it wrote unless Config.Keep is set, and at its start the

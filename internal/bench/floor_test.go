@@ -11,12 +11,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/keeppeek/coordination/internal/e2e"
 	"github.com/keeppeek/coordination/internal/natsserver"
+	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -43,8 +46,13 @@ const (
 	floorWatch  = "floor.w."
 )
 
-// floorSmallReply is the size of the reply to an info request, roughly: a request that writes nothing.
-var floorSmallReply = []byte(`{"request_id":1,"ok":true,"server_id":"floor","version":"0.0.0"}`)
+// floorSmallReply is shaped as stated's reply to an info request (an id, a version, an epoch, the
+// feature and the default bounds), so about its size: a request that writes nothing.
+var floorSmallReply = func() []byte {
+	b := wire.DefaultBounds()
+	return wire.AppendResult(nil, &wire.Result{RequestID: 1, OK: true, ServerID: "stated-000000000000", Version: "0.1.0-dev",
+		Epoch: "0000000000000000", Features: []string{wire.FeatureStateStore}, Bounds: &b})
+}()
 
 // floorMessages returns a put request for the bench document and the reply stated sends to it.
 func floorMessages() (request, reply []byte, err error) {
@@ -155,32 +163,88 @@ func (r floorReport) figures(c floorConfig) []Figure {
 // cleanup, when its stdin is closed.
 func startFloorChild(t testing.TB) string {
 	t.Helper()
+	p, url, err := spawnFloorChild()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.stop(); err != nil {
+			t.Errorf("floor child: %v", err)
+		}
+	})
+	return url
+}
+
+// floorStopTimeout bounds the wait for the child to end once its stdin is closed.
+const floorStopTimeout = 10 * time.Second
+
+// floorStartTimeout bounds the wait for the child's URL.
+const floorStartTimeout = 30 * time.Second
+
+// floorProc is a running floor child.
+type floorProc struct {
+	cmd   *exec.Cmd
+	stdin io.Closer
+	done  chan struct{} // closed when cmd.Wait returned, with its error in err
+	err   error
+}
+
+// spawnFloorChild starts the child and reads its server's URL.
+func spawnFloorChild() (*floorProc, string, error) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), floorChildEnv+"=1")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, "", err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, "", err
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, "", err
 	}
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("floor child: %v", err)
-		}
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	url, ok := strings.CutPrefix(strings.TrimSpace(line), "url ")
-	if err != nil || !ok {
-		t.Fatalf("floor child printed %q (%v), not its url", line, err)
+	p := &floorProc{cmd: cmd, stdin: stdin, done: make(chan struct{})}
+	type read struct {
+		line string
+		err  error
 	}
-	return url
+	first := make(chan read, 1)
+	go func() {
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		first <- read{line, err}
+	}()
+	var got read
+	select {
+	case got = <-first:
+	case <-time.After(floorStartTimeout):
+		got.err = fmt.Errorf("nothing within %v", floorStartTimeout)
+	}
+	url, ok := strings.CutPrefix(strings.TrimSpace(got.line), "url ")
+	if got.err != nil || !ok {
+		// stop ends the child (killing it if need be), which ends the read too.
+		return nil, "", errors.Join(fmt.Errorf("floor child printed %q (%v), not its url", got.line, got.err), p.stop())
+	}
+	return p, url, nil
+}
+
+// stop closes the child's stdin, which ends it, and waits for its exit; a child still running
+// floorStopTimeout later (stopped, or hung in its shutdown) is killed, and stop says so.
+func (p *floorProc) stop() error {
+	_ = p.stdin.Close()
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(floorStopTimeout):
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done // SIGKILL ends even a stopped process
+	return fmt.Errorf("still running %v after its stdin closed: killed (%v)", floorStopTimeout, p.err)
 }
 
 // runFloor measures the floor against the child at url.
@@ -341,5 +405,51 @@ func BenchmarkNATSFloor(b *testing.B) {
 	}
 	for _, f := range rep.figures(c) {
 		b.ReportMetric(f.Value, f.Name)
+	}
+}
+
+// The floor's child is stopped within a bound even when it does not end as asked (here it is stopped
+// with SIGSTOP, as a debugger or a hung shutdown would leave it): it is killed, and stop says so,
+// instead of holding the test's cleanup for ever.
+func TestFloorChildStopIsBounded(t *testing.T) {
+	p, _, err := spawnFloorChild()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.cmd.Process.Kill() }) // for a stop that never returns
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- p.stop() }()
+	select {
+	case err := <-stopped:
+		if err == nil || !strings.Contains(err.Error(), "killed") {
+			t.Fatalf("stop of a child that did not end = %v, want it killed", err)
+		}
+	case <-time.After(floorStopTimeout + 20*time.Second):
+		t.Fatalf("stop of a stopped child did not return within %v", floorStopTimeout+20*time.Second)
+	}
+	if p.cmd.ProcessState == nil {
+		t.Fatal("stop returned before the child's exit was collected")
+	}
+}
+
+// The floor's small reply stands for the reply to an info request (BenchmarkStated's
+// request-rtt-p50-us): it is about the size of the one the real stated sends.
+func TestFloorSmallReplyIsAnInfoReplysSize(t *testing.T) {
+	s := e2e.NewStated(t, e2e.Config{})
+	s.Start()
+	nc, err := client.Connect(s.URL(), "dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	m, err := nc.Request(wire.StateSubject(wire.DefaultPrefix, "dev", wire.OpInfo), []byte(`{"request_id":1}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(floorSmallReply), len(m.Data); got < want*4/5 || got > want*6/5 {
+		t.Fatalf("the floor's small reply is %d bytes, stated's info reply %d:\n%s\n%s", got, want, floorSmallReply, m.Data)
 	}
 }

@@ -42,11 +42,15 @@ func (r *runner) serial(ctx context.Context) (SerialResult, error) {
 	}
 	rtt := make([]time.Duration, 0, rttRequests)
 	for range rttRequests {
+		ictx, cancel := r.bounded(ctx)
 		start := time.Now()
-		if _, err := c.Info(ctx); err != nil {
+		_, err := c.Info(ictx)
+		d := time.Since(start)
+		cancel()
+		if err != nil {
 			return SerialResult{}, fmt.Errorf("info: %w", err)
 		}
-		rtt = append(rtt, time.Since(start))
+		rtt = append(rtt, d)
 	}
 	if r.cfg.MetricsURL != "" {
 		after, err := r.infoCount(ctx)
@@ -66,9 +70,11 @@ func (r *runner) serial(ctx context.Context) (SerialResult, error) {
 	for range r.cfg.Rounds {
 		for o, key := range ks {
 			expected := revs[o]
+			pctx, cancel := r.bounded(ctx)
 			start := time.Now()
-			e, err := c.Put(ctx, r.put(key, &expected))
+			e, err := c.Put(pctx, r.put(key, &expected))
 			d := time.Since(start)
+			cancel()
 			if err != nil {
 				return SerialResult{}, fmt.Errorf("put %s at revision %d: %w", key, expected, err)
 			}
@@ -98,11 +104,11 @@ func (r *runner) writers(ctx context.Context) (WritersResult, error) {
 	if err != nil {
 		return WritersResult{}, err
 	}
-	r.logf("concurrent writers: %d writers x %d CAS, one connection each", n, r.cfg.Rounds)
 	commits, err := r.startMeter(ctx, commitSum, commitCount, batchSum)
 	if err != nil {
 		return WritersResult{}, err
 	}
+	r.logf("concurrent writers: %d writers x %d CAS, one connection each", n, r.cfg.Rounds)
 	lats := make([][]time.Duration, n)
 	errs := make([]error, n)
 	start := make(chan struct{})
@@ -114,9 +120,11 @@ func (r *runner) writers(ctx context.Context) (WritersResult, error) {
 			<-start
 			for range r.cfg.Rounds {
 				expected := rev
+				pctx, cancel := r.bounded(ctx)
 				t0 := time.Now()
-				e, err := c.Put(ctx, r.put(ks[i], &expected))
+				e, err := c.Put(pctx, r.put(ks[i], &expected))
 				d := time.Since(t0)
+				cancel()
 				if err != nil {
 					errs[i] = fmt.Errorf("writer %d: put %s at revision %d: %w", i, ks[i], expected, err)
 					return
@@ -162,7 +170,9 @@ type arrival struct {
 // connections; each round one put, timed until the last cache holds it.
 func (r *runner) fanout(ctx context.Context) (res FanoutResult, err error) {
 	zero := int64(0)
-	e, err := r.conns[0].Put(ctx, r.put(fanoutKey, &zero))
+	pctx, cancel := r.bounded(ctx)
+	e, err := r.conns[0].Put(pctx, r.put(fanoutKey, &zero))
+	cancel()
 	if err != nil {
 		return res, fmt.Errorf("create %s: %w", fanoutKey, err)
 	}
@@ -189,16 +199,26 @@ func (r *runner) fanout(ctx context.Context) (res FanoutResult, err error) {
 			err = fmt.Errorf("close caches: %w", cerr)
 		}
 	}()
+	// A Cache retries a watch that timed out until its context ends: each first snapshot (an info,
+	// the watch, an info) gets a bound of its own.
+	watchTimeout := 4 * r.cfg.RequestTimeout
 	err = parallel(nconn, nconn, func(_, ci int) error {
 		for j := ci; j < n; j += nconn {
-			k, err := r.conns[ci].NewCache(ctx, client.CacheOptions{WatchID: fmt.Sprintf("bench-%s-%04d", run, j),
+			wctx, cancel := context.WithTimeout(ctx, watchTimeout)
+			k, err := r.conns[ci].NewCache(wctx, client.CacheOptions{WatchID: fmt.Sprintf("bench-%s-%04d", run, j),
 				Namespace: r.cfg.Namespace, KeyPrefix: fanoutPrefix, Handlers: arrivals(j, results, done)})
+			cancel()
 			if err != nil {
+				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+					err = fmt.Errorf("no snapshot within %v: %w", watchTimeout, err)
+				}
 				return fmt.Errorf("watch %d as %s: %w", j, r.conns[ci].Principal(), err)
 			}
 			caches[j] = k
-			if got, ok := k.Get(fanoutKey); !ok || got.Revision != rev || k.Revision() != rev {
-				return fmt.Errorf("watch %d: snapshot at %d without %s at revision %d", j, k.Revision(), fanoutKey, rev)
+			// The snapshot's revision is the namespace's: writes to other keys of the namespace may
+			// have moved it past the fanout key's.
+			if got, ok := k.Get(fanoutKey); !ok || got.Revision != rev {
+				return fmt.Errorf("watch %d: the snapshot at %d lacks %s at revision %d", j, k.Revision(), fanoutKey, rev)
 			}
 		}
 		return nil
@@ -211,8 +231,10 @@ func (r *runner) fanout(ctx context.Context) (res FanoutResult, err error) {
 	lat := make([]time.Duration, 0, r.cfg.Rounds)
 	for round := range r.cfg.Rounds {
 		expected := int64(rev)
+		pctx, cancel := r.bounded(ctx)
 		t0 := time.Now()
-		e, err := r.conns[0].Put(ctx, r.put(fanoutKey, &expected))
+		e, err := r.conns[0].Put(pctx, r.put(fanoutKey, &expected))
+		cancel()
 		if err != nil {
 			return res, fmt.Errorf("round %d: put: %w", round+1, err)
 		}
@@ -296,7 +318,9 @@ func (r *runner) idle(ctx context.Context) (IdleResult, error) {
 	ks := keys(idlePrefix+"e-", r.cfg.Entries)
 	err := parallel(len(ks), len(r.conns), func(w, i int) error {
 		zero := int64(0) // create only: the keys are new, and never someone else's
-		if _, err := r.conns[w].Put(ctx, r.put(ks[i], &zero)); err != nil {
+		pctx, cancel := r.bounded(ctx)
+		defer cancel()
+		if _, err := r.conns[w].Put(pctx, r.put(ks[i], &zero)); err != nil {
 			return fmt.Errorf("put %s: %w", ks[i], err)
 		}
 		return nil
@@ -320,7 +344,7 @@ func (r *runner) idle(ctx context.Context) (IdleResult, error) {
 	if err := sleep(ctx, r.cfg.Idle); err != nil {
 		return res, err
 	}
-	b, err := residentBytes(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout)
+	b, err := r.residentBytes(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -333,26 +357,26 @@ func (r *runner) idle(ctx context.Context) (IdleResult, error) {
 	if err := sleep(ctx, r.cfg.Idle); err != nil {
 		return res, err
 	}
-	if b, err = residentBytes(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout); err != nil {
+	if b, err = r.residentBytes(ctx); err != nil {
 		return res, err
 	}
 	res.Measured, res.RSSBytes, res.RSSMiB = true, int64(b), b/(1<<20)
 	return res, nil
 }
 
-// residentBytes reads process_resident_memory_bytes from a Prometheus text endpoint.
-func residentBytes(ctx context.Context, url string, timeout time.Duration) (float64, error) {
-	v, err := metricValues(ctx, url, timeout, "process_resident_memory_bytes")
+// residentBytes reads stated's process_resident_memory_bytes.
+func (r *runner) residentBytes(ctx context.Context) (float64, error) {
+	v, err := r.metricValues(ctx, "process_resident_memory_bytes")
 	if err != nil {
 		return 0, err
 	}
 	return v[0], nil
 }
 
-// metricValues reads the samples named names (without labels) from a Prometheus text endpoint, in
-// the order asked.
-func metricValues(ctx context.Context, url string, timeout time.Duration, names ...string) ([]float64, error) {
-	all, err := scrapeMetrics(ctx, url, timeout)
+// metricValues reads the samples named names (without labels) from stated's metrics, in the order
+// asked.
+func (r *runner) metricValues(ctx context.Context, names ...string) ([]float64, error) {
+	all, err := r.metrics(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -360,11 +384,38 @@ func metricValues(ctx context.Context, url string, timeout time.Duration, names 
 	for i, name := range names {
 		v, ok := all[name]
 		if !ok {
-			return nil, fmt.Errorf("read metrics: %s has no %s (is it stated's /metrics?)", url, name)
+			return nil, fmt.Errorf("read metrics: %s has no %s (is it stated's /metrics?)", r.cfg.MetricsURL, name)
 		}
 		values[i] = v
 	}
 	return values, nil
+}
+
+// processStart is the process collector's start time of the process serving the metrics.
+const processStart = "process_start_time_seconds"
+
+// ErrRestarted marks a run that stated's metrics show restarted: its figures would span two processes.
+var ErrRestarted = errors.New("stated restarted during the bench")
+
+// metrics reads every sample of stated's metrics and checks that they come from the process the
+// bench read first. A stated restarted since counts from zero again and holds another memory: a
+// counter's growth over a phase would mix the two processes (and could even come out positive, as a
+// plausible figure), and a resident set size would not be of the process the bench loaded.
+func (r *runner) metrics(ctx context.Context) (map[string]float64, error) {
+	all, err := scrapeMetrics(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout)
+	if err != nil {
+		return nil, err
+	}
+	start, ok := all[processStart]
+	switch {
+	case !ok: // a platform without it: since still catches counters that went back
+	case r.statedStart == 0:
+		r.statedStart = start
+	case start != r.statedStart:
+		return nil, fmt.Errorf("%w: %s reports %s %.2f, %.2f when the bench first read it; its figures are not reported",
+			ErrRestarted, r.cfg.MetricsURL, processStart, start, r.statedStart)
+	}
+	return all, nil
 }
 
 // scrapeMetrics reads every sample of a Prometheus text endpoint, keyed by its name with its labels
@@ -407,7 +458,7 @@ const infoServed = `state_requests_total{code="OK",op="info"}`
 // infoCount returns how many info requests the metrics endpoint's stated answered (0 before its
 // first).
 func (r *runner) infoCount(ctx context.Context) (float64, error) {
-	all, err := scrapeMetrics(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout)
+	all, err := r.metrics(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -431,7 +482,7 @@ func (r *runner) startMeter(ctx context.Context, names ...string) (*meter, error
 		return m, nil
 	}
 	var err error
-	m.start, err = metricValues(ctx, r.cfg.MetricsURL, r.cfg.RequestTimeout, names...)
+	m.start, err = r.metricValues(ctx, names...)
 	return m, err
 }
 
@@ -440,11 +491,15 @@ func (m *meter) since(ctx context.Context) ([]float64, error) {
 	if m.start == nil {
 		return nil, nil
 	}
-	now, err := metricValues(ctx, m.r.cfg.MetricsURL, m.r.cfg.RequestTimeout, m.names...)
+	now, err := m.r.metricValues(ctx, m.names...)
 	if err != nil {
 		return nil, err
 	}
 	for i := range now {
+		if now[i] < m.start[i] {
+			// Counters only grow within one process.
+			return nil, fmt.Errorf("%w: %s went from %v to %v during the phase", ErrRestarted, m.names[i], m.start[i], now[i])
+		}
 		now[i] -= m.start[i]
 	}
 	return now, nil
