@@ -438,12 +438,9 @@ func (t *Transcoder) stopOrphan(ctx context.Context, key string, out output) boo
 	l, err := lease.Claim(ctx, c, lease.Options{Namespace: t.ns, Key: out.leaseKey, Holder: t.cfg.WorkerID,
 		TTL: t.cfg.LeaseTTL, Purpose: purposeStop + key, Logger: t.cfg.Logger})
 	if errors.Is(err, lease.ErrHeld) {
-		e, gerr := c.Get(ctx, t.ns, out.leaseKey)
-		var d wire.LeaseDocument
-		if gerr == nil && json.Unmarshal(e.Document, &d) == nil && d.Purpose != purposePublish+key && d.Purpose != purposeStop+key {
-			return true // another intent's output now: not this intent's to stop
-		}
-		return false
+		p, ok, perr := t.leasePurpose(ctx, out.leaseKey)
+		// Another intent's output now: not this intent's to stop.
+		return perr == nil && ok && p != purposePublish+key && p != purposeStop+key
 	}
 	if err != nil {
 		t.cfg.Logger.Warn("orphaned publication: claim", "intent", key, "lease", out.leaseKey, "err", err)
@@ -483,18 +480,25 @@ func (t *Transcoder) stopOrphan(ctx context.Context, key string, out output) boo
 // publishes the intent's output, or by a worker that stops what such a holder left. A lease that is
 // missing is not held (nil error); one that cannot be read is an error, which says nothing.
 func (t *Transcoder) leaseHeldFor(ctx context.Context, leaseKey, key string) (bool, error) {
+	p, ok, err := t.leasePurpose(ctx, leaseKey)
+	return ok && (p == purposePublish+key || p == purposeStop+key), err
+}
+
+// leasePurpose reads the purpose of the lease leaseKey; ok is false when there is no such entry or it
+// is not JSON; an error says it could not be read.
+func (t *Transcoder) leasePurpose(ctx context.Context, leaseKey string) (purpose string, ok bool, err error) {
 	e, err := t.w.Client().Get(ctx, t.ns, leaseKey)
 	if errors.Is(err, wire.ErrNotFound) {
-		return false, nil
+		return "", false, nil
 	}
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	var d wire.LeaseDocument
 	if json.Unmarshal(e.Document, &d) != nil {
-		return false, nil
+		return "", false, nil
 	}
-	return d.Purpose == purposePublish+key || d.Purpose == purposeStop+key, nil
+	return d.Purpose, true, nil
 }
 
 // otherOutputHeld reports whether a lease other than leaseKey is held for the intent key, read from
