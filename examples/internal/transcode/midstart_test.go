@@ -100,12 +100,7 @@ func TestOutputChangedWhileTheHolderStartsThenDiesStopsItsPublication(t *testing
 	died := holderDyingAfterItsStart(t, f)
 	standbyOf(t, f)
 	const other = "browser-h264-480p"
-	if _, err := f.Coord.UpdateIntent(t.Context(), ns, key, func(cur *coordinator.MediaIntent) (*coordinator.MediaIntent, error) {
-		cur.VariantID, cur.OutputProfile = other, other
-		return cur, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	pointAt(t, f, other)
 	select {
 	case <-died:
 	case <-time.After(15 * time.Second):

@@ -66,16 +66,22 @@ func TestOutputChangedAfterTheHolderDiedStopsItsPublication(t *testing.T) {
 	f := setup(t, sim.SourceConfig{SourceID: src})
 	killedHolder(t, f)
 	const other = "browser-h264-480p"
-	if _, err := f.Coord.UpdateIntent(t.Context(), ns, key, func(cur *coordinator.MediaIntent) (*coordinator.MediaIntent, error) {
-		cur.VariantID, cur.OutputProfile = other, other
-		return cur, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	pointAt(t, f, other)
 	waitFor(t, 15*time.Second, "only the new variant published, by tx-2", func() bool {
 		pubs := f.Sim.Publications()
 		e, err := f.Admin.Get(t.Context(), ns, "status/front-door-video-browser-h264-720p")
 		return len(pubs) == 1 && pubs[0].VariantID == other && err == nil &&
 			strings.Contains(string(e.Document), `"state":"active"`) && strings.Contains(string(e.Document), `"holder":"tx-2"`)
 	})
+}
+
+// pointAt has the coordinator point the test's intent at another output variant (and profile).
+func pointAt(t *testing.T, f *fixture, variant string) {
+	t.Helper()
+	if _, err := f.Coord.UpdateIntent(t.Context(), ns, key, func(cur *coordinator.MediaIntent) (*coordinator.MediaIntent, error) {
+		cur.VariantID, cur.OutputProfile = variant, variant
+		return cur, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
