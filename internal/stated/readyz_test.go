@@ -5,20 +5,22 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/keeppeek/coordination/store"
 )
 
-func getReadyz(t *testing.T, h http.HandlerFunc) (int, string) {
+func getReadyz(t *testing.T, r *readiness) (int, string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	r.serveHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 	return rec.Code, rec.Body.String()
 }
 
-// /readyz is 200 only while the store serves (SPEC section 14): once stated begins to stop it takes no
+// /readyz is 200 only while stated serves the store (SPEC section 14): not while it starts; not
+// while its NATS connection is down (no request reaches it); once stated begins to stop it takes no
 // more requests, and once the store is closed every request would get UNAVAILABLE, so it says 503
 // with the reason, as for a store that never loaded.
 func TestReadyzFollowsTheStoreThroughAStop(t *testing.T) {
@@ -26,20 +28,29 @@ func TestReadyzFollowsTheStoreThroughAStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stopping atomic.Bool
-	h := readyz(st, &stopping)
-	if code, body := getReadyz(t, h); code != http.StatusOK {
+	var r readiness
+	if code, body := getReadyz(t, &r); code != http.StatusServiceUnavailable || !strings.Contains(body, "starting") {
+		t.Fatalf("while starting: %d %s", code, body)
+	}
+	status := nats.CONNECTED
+	r.started(st, func() nats.Status { return status })
+	if code, body := getReadyz(t, &r); code != http.StatusOK {
 		t.Fatalf("a serving store: %d %s", code, body)
 	}
-	stopping.Store(true)
-	if code, body := getReadyz(t, h); code != http.StatusServiceUnavailable || !strings.Contains(body, "stopping") {
+	status = nats.RECONNECTING
+	if code, body := getReadyz(t, &r); code != http.StatusServiceUnavailable || !strings.Contains(body, "NATS connection is reconnecting") {
+		t.Fatalf("while NATS reconnects: %d %s", code, body)
+	}
+	status = nats.CONNECTED
+	r.stopping.Store(true)
+	if code, body := getReadyz(t, &r); code != http.StatusServiceUnavailable || !strings.Contains(body, "stopping") {
 		t.Fatalf("while stopping: %d %s", code, body)
 	}
-	stopping.Store(false)
+	r.stopping.Store(false)
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if code, body := getReadyz(t, h); code != http.StatusServiceUnavailable || !strings.Contains(body, "closed") {
+	if code, body := getReadyz(t, &r); code != http.StatusServiceUnavailable || !strings.Contains(body, "closed") {
 		t.Fatalf("a closed store: %d %s", code, body)
 	}
 }

@@ -11,12 +11,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -191,7 +193,30 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	if err != nil {
 		return fmt.Errorf("http listen %s: %w", cfg.HTTPListen, err)
 	}
-	defer ln.Close() // closed by the HTTP server's Shutdown once it serves; here on every early return
+	// HTTP is served from here on, through the start: /healthz answers 200 while the process runs
+	// (SPEC section 14), and /readyz 503 "starting" until stated serves. Opening a large store (every
+	// page checked, every document validated) or reaching an external NATS server takes a while, and
+	// an address that takes connections but answers nothing looks, to a liveness probe, like a process
+	// that hangs.
+	reg := prometheus.NewRegistry()
+	metrics := server.NewMetrics(reg)
+	var ready readiness
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", ready.serveHTTP)
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{DisableCompression: true}))
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	httpDone := make(chan struct{})
+	go func() {
+		defer close(httpDone)
+		_ = httpSrv.Serve(ln)
+	}()
+	defer func() {
+		// Every return: an early one (a failed start) closes the HTTP server here; after a stop,
+		// whatever Shutdown left open once its deadline passed.
+		_ = httpSrv.Close()
+		<-httpDone
+	}()
 	if err := cfg.EnsureDataDir(); err != nil {
 		return err
 	}
@@ -206,8 +231,6 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 			logger.Warn("stale temporary files of interrupted configuration writes not removed", "err", err)
 		}
 	}
-	reg := prometheus.NewRegistry()
-	metrics := server.NewMetrics(reg)
 	opts, err := storeOptions(cfg, logger)
 	if err != nil {
 		return err
@@ -227,7 +250,14 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	internalPassword := randomPassword()
 	var ns *natsserver.Server
 	url := cfg.NATS.URL
-	connOpts := []nats.Option{nats.Name("stated"), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
+	// stated reconnects for ever, through refused logins too: nats.go gives up for good on a second
+	// refusal of the same login (an external server reloaded without stated's own user, which the
+	// operator adds to `stated nats-permissions`' output by hand), and stated would then run deaf for
+	// ever, its process up, every client's request unanswered. It reconnects once the server takes
+	// its login again; /readyz says 503 meanwhile.
+	connOpts := []nats.Option{nats.Name("stated"), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond),
+		nats.IgnoreAuthErrorAbort()}
+	connOpts = append(connOpts, natsLogging(logger)...)
 	if url == "" {
 		var users []natsserver.User
 		if len(cfg.Principals) > 0 {
@@ -260,7 +290,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	if err != nil {
 		st.Close()
 		shutdownNATS()
-		return fmt.Errorf("connect to NATS at %s: %w", url, err)
+		return fmt.Errorf("connect to NATS at %s: %w", redactURL(url), err)
 	}
 	sopts := server.Options{Prefix: cfg.SubjectPrefix, Principals: cfg.PolicyPrincipals(), BackupDir: filepath.Join(cfg.DataDir, "backups"),
 		Version: strings.TrimPrefix(Version(), "v"), Logger: logger, Metrics: metrics, SweepInterval: time.Duration(cfg.NATS.WatchSweepMs) * time.Millisecond}
@@ -281,20 +311,13 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	if err := metrics.RegisterStore(reg, st, "bbolt"); err != nil {
 		logger.Error("metrics", "err", err)
 	}
-
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	var stopping atomic.Bool
-	mux.HandleFunc("/readyz", readyz(st, &stopping))
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{DisableCompression: true}))
-	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = httpSrv.Serve(ln) }()
+	ready.started(st, nc.Status)
 
 	if len(cfg.Principals) == 0 {
 		logger.Warn("NO PRINCIPALS CONFIGURED: running one admin principal \"dev\" that connects WITHOUT credentials. " +
 			"Fine on a laptop; configure [[principals]] before anyone else can reach this NATS server.")
 	}
-	logger.Info("stated ready", "nats", url, "http", "http://"+ln.Addr().String(), "data", cfg.DatabasePath(),
+	logger.Info("stated ready", "nats", redactURL(url), "http", "http://"+ln.Addr().String(), "data", cfg.DatabasePath(),
 		"principals", len(cfg.PolicyPrincipals()), "epoch", st.Info().Epoch, "version", Version())
 
 	activity := srv.Activity
@@ -302,7 +325,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		// Clients coming and going change what the embedded server holds: trim after that too.
 		activity = func() uint64 { return srv.Activity() + uint64(ns.NumClients())<<32 }
 	}
-	go trimWhenIdle(ctx, 500*time.Millisecond, activity, func() {
+	trim := func() {
 		if ns != nil {
 			// nats-server keeps, per publishing connection, the subscriptions its recent subjects
 			// matched until that connection next publishes. stated's connection published to the
@@ -317,7 +340,12 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		// (FreeOSMemory's) frees it, and then the freed pages go back.
 		runtime.GC()
 		debug.FreeOSMemory()
-	})
+	}
+	trimmed := make(chan struct{})
+	go func() {
+		defer close(trimmed)
+		trimWhenIdle(ctx, 500*time.Millisecond, activity, trim)
+	}()
 	for {
 		select {
 		case <-hup:
@@ -327,7 +355,8 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		}
 		break
 	}
-	stopping.Store(true)
+	ready.stopping.Store(true)
+	<-trimmed // a trim under way ends before the server and its connection stop
 	logger.Info("stopping: finishing in-flight commits and closing watches with SHUTDOWN")
 	stopCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -342,24 +371,98 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	return nil
 }
 
-// readyz answers /readyz: 200 while the store serves; 503 with the reason once it does not, whether it
-// never loaded, stopped after a storage error or was closed, and from the moment stated begins to
-// stop (stopping), when it takes no more requests.
-func readyz(st *store.Store, stopping *atomic.Bool) http.HandlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request) {
-		if stopping.Load() {
-			http.Error(w, "not ready: stated is stopping", http.StatusServiceUnavailable)
-			return
+// readiness answers /readyz: 200 while stated serves the store; 503 with the reason while it does
+// not: while it starts, when the store never loaded, stopped after a storage error or was closed,
+// while its NATS connection is down (no request can reach it: an external server went away, or
+// refuses stated's login, and stated is reconnecting), and from the moment stated begins to stop,
+// when it takes no more requests.
+type readiness struct {
+	stopping atomic.Bool
+	serving  atomic.Pointer[servingParts] // nil while stated starts
+}
+
+// servingParts are what a started stated serves with.
+type servingParts struct {
+	st   *store.Store
+	nats func() nats.Status // the status of stated's NATS connection
+}
+
+// started records that stated serves st over a NATS connection whose status status reports.
+func (r *readiness) started(st *store.Store, status func() nats.Status) {
+	r.serving.Store(&servingParts{st: st, nats: status})
+}
+
+func (r *readiness) serveHTTP(w http.ResponseWriter, _ *http.Request) {
+	if reason := r.reason(); reason != "" {
+		http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+// reason says why stated is not ready, or "" when it is.
+func (r *readiness) reason() string {
+	if r.stopping.Load() {
+		return "stated is stopping"
+	}
+	p := r.serving.Load()
+	if p == nil {
+		return "stated is starting"
+	}
+	if reason := p.st.Unavailable(); reason != nil {
+		return "the state store is not served: " + reason.Error()
+	}
+	if p.st.Serving() != nil {
+		return "the state store is closed"
+	}
+	if status := p.nats(); status != nats.CONNECTED {
+		return fmt.Sprintf("stated's NATS connection is %s: no request reaches it", strings.ToLower(status.String()))
+	}
+	return ""
+}
+
+// natsLogging logs what happens to stated's NATS connection: lost, back, closed, and the errors the
+// server reports (a refused login, a permission violation, a slow consumer). An error that repeats
+// (a login refused at every reconnect attempt) is logged once until another comes or the
+// connection is back.
+func natsLogging(logger *slog.Logger) []nats.Option {
+	var mu sync.Mutex
+	last := ""
+	fresh := func(err error) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if err.Error() == last {
+			return false
 		}
-		if reason := st.Unavailable(); reason != nil {
-			http.Error(w, "not ready: the state store is not served: "+reason.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if st.Serving() != nil {
-			http.Error(w, "not ready: the state store is closed", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
+		last = err.Error()
+		return true
+	}
+	return []nats.Option{
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				return // stated closes it: it is stopping
+			}
+			if err == nil {
+				err = errors.New("disconnected")
+			}
+			logger.Warn("NATS connection lost: reconnecting; no request reaches stated meanwhile", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			mu.Lock()
+			last = ""
+			mu.Unlock()
+			logger.Info("NATS connection back", "server", nc.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if err == nil || !fresh(err) {
+				return
+			}
+			if sub != nil {
+				logger.Error("NATS", "subject", sub.Subject, "err", err)
+				return
+			}
+			logger.Error("NATS", "err", err)
+		}),
 	}
 }
 
@@ -417,6 +520,42 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, internalPass
 	}
 	cfg.Principals = next.Principals
 	logger.Info("SIGHUP: principals reloaded", "principals", len(next.PolicyPrincipals()))
+}
+
+// redactURL is a NATS URL (or a comma-separated list of them) as stated names it in its log and
+// errors: without the login it may carry (nats://user:password@host, or nats://token@host), which
+// would otherwise be written wherever the log goes.
+func redactURL(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		u, err := neturl.Parse(strings.TrimSpace(p))
+		switch {
+		case err != nil:
+			// Not parsed, so not known to hold no login: everything before its last @ goes.
+			if at := strings.LastIndex(p, "@"); at >= 0 {
+				scheme, _, found := strings.Cut(p, "://")
+				if !found {
+					scheme = ""
+				} else {
+					scheme += "://"
+				}
+				parts[i] = scheme + "xxxxx" + p[at:]
+			}
+		case u.User == nil:
+		case hasPassword(u.User):
+			u.User = neturl.UserPassword(u.User.Username(), "xxxxx")
+			parts[i] = u.String()
+		default:
+			u.User = neturl.User("xxxxx") // a user without a password is a token
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+func hasPassword(u *neturl.Userinfo) bool {
+	_, ok := u.Password()
+	return ok
 }
 
 // trimWhenIdle calls trim, which returns freed memory to the operating system, once activity has not

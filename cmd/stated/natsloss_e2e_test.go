@@ -1,0 +1,179 @@
+package main_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/internal/e2e"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// statedLogin is a NATS server's authentication: every client may connect, except stated's own user
+// ("stated") while refuse is set. It remembers stated's connection and signals each of its attempts.
+type statedLogin struct {
+	mu       sync.Mutex
+	refuse   bool
+	clientID uint64
+	refused  chan struct{} // one value per refused login of stated
+	accepted chan struct{} // one value per accepted login of stated
+}
+
+func (a *statedLogin) Check(c server.ClientAuthentication) bool {
+	if c.GetOpts().Username != "stated" {
+		return true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.refuse || c.GetOpts().Password != "stated-pw" {
+		select {
+		case a.refused <- struct{}{}:
+		default:
+		}
+		return false
+	}
+	a.clientID = c.GetID()
+	select {
+	case a.accepted <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (a *statedLogin) setRefuse(v bool) (statedClient uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.refuse = v
+	return a.clientID
+}
+
+// httpGet answers the status and body of one of stated's HTTP endpoints.
+func httpGet(t *testing.T, s *e2e.Stated, path string) (int, string) {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: timeout}).Get(s.HTTP() + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// awaitReadyz polls /readyz (bounded) until it answers code, and returns its body.
+func awaitReadyz(t *testing.T, s *e2e.Stated, code int, what string) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		got, body := httpGet(t, s, "/readyz")
+		if got == code {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz %s: %d %q, want %d\n%s", what, got, body, code, s.Logs())
+		}
+		time.Sleep(20 * time.Millisecond) // polling an HTTP endpoint: there is no event to wait on
+	}
+}
+
+// An external NATS server that refuses stated's login for a while (its configuration reloaded without
+// stated's own user, which `stated nats-permissions` leaves for the operator to add) and then takes it
+// again: stated keeps trying and serves again once it is let in, and /readyz says 503, naming NATS,
+// while stated cannot be reached. nats.go, by default, gives up for good on a second refusal of the
+// same login, and stated then ran deaf for ever, with /readyz saying "ready".
+func TestE2EExternalNATSRefusingStatedForAWhile(t *testing.T) {
+	login := &statedLogin{refused: make(chan struct{}, 64), accepted: make(chan struct{}, 64)}
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+		NoSystemAccount: true, CustomClientAuthentication: login})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(timeout) {
+		t.Fatal("nats server not ready")
+	}
+	s := e2e.NewStated(t, e2e.Config{NATSURL: ns.ClientURL()})
+	// The harness writes [nats] url; stated's own login goes beside it.
+	conf, err := os.ReadFile(s.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf = []byte(strings.Replace(string(conf), "[nats]\n", "[nats]\nuser = \"stated\"\npassword = \"stated-pw\"\n", 1))
+	if err := os.WriteFile(s.ConfigPath, conf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+
+	nc, err := nats.Connect(ns.ClientURL(), nats.CustomInboxPrefix(wire.InboxPrefix("dev")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	put := func(key string) (wire.Result, error) {
+		msg, err := nc.Request(wire.StateSubject(wire.DefaultPrefix, "dev", wire.OpPut),
+			[]byte(`{"namespace":"service/tx","key":"`+key+`","schema":"keeppeek.lease.v1","document":`+leaseDoc+`}`), time.Second)
+		if err != nil {
+			return wire.Result{}, err
+		}
+		var r wire.Result
+		return r, json.Unmarshal(msg.Data, &r)
+	}
+	if r, err := put("before"); err != nil || !r.OK {
+		t.Fatalf("put through the external server: %+v %v\n%s", r, err, s.Logs())
+	}
+	if code, body := httpGet(t, s, "/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz while connected: %d %s", code, body)
+	}
+
+	// The server refuses stated from now on and cuts its connection: stated tries again and again.
+	id := login.setRefuse(true)
+	if err := ns.DisconnectClientByID(id); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 4; i++ {
+		select {
+		case <-login.refused:
+		case <-time.After(timeout):
+			t.Fatalf("stated stopped trying to log in to NATS after %d refused attempts\n%s", i-1, s.Logs())
+		}
+	}
+	if body := awaitReadyz(t, s, http.StatusServiceUnavailable, "while NATS refuses stated"); !strings.Contains(body, "NATS") {
+		t.Fatalf("/readyz while NATS refuses stated: %q, want the reason to name NATS", body)
+	}
+	if code, _ := httpGet(t, s, "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz while NATS refuses stated: %d", code)
+	}
+
+	// Let in again: stated reconnects and serves.
+	login.setRefuse(false)
+	select {
+	case <-login.accepted:
+	case <-time.After(timeout):
+		t.Fatalf("stated did not log in to NATS again\n%s", s.Logs())
+	}
+	awaitReadyz(t, s, http.StatusOK, "once stated is back on NATS")
+	deadline := time.Now().Add(timeout)
+	for {
+		r, err := put("after")
+		if err == nil && r.OK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("put after stated is back on NATS: %+v %v\n%s", r, err, s.Logs())
+		}
+	}
+	if code := s.Term(); code != 0 {
+		t.Fatalf("exit code %d\n%s", code, s.Logs())
+	}
+	if !strings.Contains(s.Logs(), "nats: authorization violation") {
+		t.Errorf("stated's log does not say why NATS would not take it back:\n%s", s.Logs())
+	}
+}
