@@ -75,8 +75,9 @@ type TrackerOptions struct {
 // finds its sources unavailable rather than its publications active. The first fetch that confirms
 // the snapshot, or brings a newer one, makes it current again, unless it was sent before a fetch that
 // found no responder: a media server that stops may answer the requests it held once it is gone
-// (a drain does), and such an answer is installed if newer but leaves the snapshot stale. Stale
-// tells which view is shown; Subscribe notifies both changes.
+// (a drain does), and such an answer is installed if newer but leaves the snapshot stale. A NATS
+// connection closed for good leaves it stale for good. Stale tells which view is shown; Subscribe
+// notifies both changes.
 //
 // Its methods are safe for concurrent use. Start it once, Stop it when done.
 type Tracker struct {
@@ -213,10 +214,12 @@ func (t *Tracker) Start(ctx context.Context) error {
 }
 
 // Stop ends the tracker: it unsubscribes, stops its goroutine and abandons the fetches in flight. The
-// last snapshot stays readable as it was (no longer refreshed, never made stale); waits return
-// ErrTrackerStopped. Stop may be called more than once, and before Start. A tracker whose
-// NATS connection was closed for good has stopped following by itself: its waits return
-// ErrTrackerStopped wrapping nats.ErrConnectionClosed; Stop is still called to release it.
+// last snapshot stays readable as it was (no longer refreshed, never made stale); every wait returns
+// ErrTrackerStopped, even one the last snapshot would satisfy. Stop may be called more than once, and
+// before Start. A tracker whose NATS connection was closed for good has stopped following by itself:
+// its snapshot is stale from then on (every source offline, see Stale), since nothing can confirm
+// it, and its waits return ErrTrackerStopped wrapping nats.ErrConnectionClosed; Stop is still called
+// to release it.
 func (t *Tracker) Stop() {
 	t.stop.Do(func() {
 		t.mu.Lock()
@@ -356,6 +359,10 @@ func (t *Tracker) run(ctx context.Context, first chan<- error) {
 	closedConn := func() {
 		t.log.Warn("capabilities: NATS connection closed; the tracker stops following")
 		t.mu.Lock()
+		// Nothing can confirm the snapshot any more: it is stale for good, or whoever reads it (a
+		// reconciler reading Current, say) would take its sources for online and its variants for
+		// READY long after the media server changed them.
+		t.markStaleLocked("its NATS connection is closed")
 		t.endLocked(errConnClosed)
 		t.mu.Unlock()
 		if first != nil {
@@ -648,6 +655,11 @@ func offlineView(caps *ServerCapabilities) *ServerCapabilities {
 func (t *Tracker) markStale(why string, args ...any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.markStaleLocked(why, args...)
+}
+
+// markStaleLocked is markStale; t.mu must be held.
+func (t *Tracker) markStaleLocked(why string, args ...any) {
 	if t.caps == nil || t.stale {
 		return
 	}
@@ -672,7 +684,8 @@ func (t *Tracker) publishLocked() {
 // Stale reports whether the snapshot held is stale: a fetch found no media server answering
 // caps.v1.get, or none confirmed the snapshot for StaleAfter. Current, Resolve and the waits then show
 // it with every source offline (see Tracker). False before the first snapshot and once a fetch
-// confirms it again; a stopped tracker keeps what it last reported.
+// confirms it again; true for good once the NATS connection is closed; a tracker stopped by Stop
+// keeps what it last reported.
 func (t *Tracker) Stale() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -742,7 +755,7 @@ func (t *Tracker) Subscribe() (<-chan struct{}, func()) {
 // not wait for a passing one. It must not modify or keep the snapshot, and runs on the caller's
 // goroutine. WaitFor returns ctx's error when ctx ends first and
 // ErrTrackerStopped when the tracker stops (wrapping nats.ErrConnectionClosed when its connection
-// closed for good).
+// closed for good); on a stopped tracker it returns ErrTrackerStopped at once, without calling cond.
 func (t *Tracker) WaitFor(ctx context.Context, cond func(*ServerCapabilities) bool) error {
 	return t.waitFor(ctx, func(c *ServerCapabilities) (bool, error) { return cond(c), nil })
 }
@@ -752,6 +765,15 @@ func (t *Tracker) waitFor(ctx context.Context, f func(*ServerCapabilities) (bool
 	for {
 		t.mu.Lock()
 		caps, ch := t.view, t.changed
+		select {
+		case <-t.ended:
+			// A snapshot nobody follows any more answers no wait, not even one whose condition it
+			// meets: it may be long out of date.
+			err := t.endErr
+			t.mu.Unlock()
+			return err
+		default:
+		}
 		t.mu.Unlock()
 		if caps != nil && caps != last {
 			last = caps

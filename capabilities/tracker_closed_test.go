@@ -86,3 +86,50 @@ func TestTrackerEndsWhenItsConnectionCloses(t *testing.T) {
 		}
 	})
 }
+
+// A snapshot that nothing can confirm any more is not shown as current. Once the tracker's NATS
+// connection is closed for good, its snapshot is stale (every source offline) and a wait, even one
+// the last snapshot meets, answers ErrTrackerStopped: the snapshot stayed current for ever (Stale
+// false past StaleAfter, sources online, a new WaitReady answering READY), so a reconciler reading
+// Current took a publication the media server may long have ended for active. After Stop, the
+// snapshot stays as it was, but a wait does not answer from it either.
+func TestTrackerSnapshotOfAClosedConnectionIsNotCurrent(t *testing.T) {
+	e := newEnv(t, sim.Options{})
+	tr, nc := e.tracker(capabilities.TrackerOptions{}, nil)
+	e.publish(e.commands("alice"), "browser-h264-720p")
+	if _, err := tr.WaitReady(ctxT(t), "front-door", "video", "browser-h264-720p"); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	// The tracker learns of the close on its own goroutine: a wait ends once it has.
+	if err := tr.WaitFor(ctxT(t), func(*capabilities.ServerCapabilities) bool { return false }); !errors.Is(err, nats.ErrConnectionClosed) {
+		t.Fatalf("WaitFor = %v, want ErrTrackerStopped with nats.ErrConnectionClosed", err)
+	}
+	if !tr.Stale() {
+		t.Error("Stale() = false after the connection closed for good")
+	}
+	if _, online, ok := tr.Resolve("front-door"); !ok || online {
+		t.Errorf("Resolve = online %v, ok %v; want the source, offline", online, ok)
+	}
+	if src, _ := tr.Current().Source("front-door"); src.Online {
+		t.Error("Current shows front-door online after the connection closed for good")
+	}
+	if _, err := tr.WaitReady(ctxT(t), "front-door", "video", "browser-h264-720p"); !errors.Is(err, nats.ErrConnectionClosed) {
+		t.Errorf("WaitReady after the close = %v, want ErrTrackerStopped with nats.ErrConnectionClosed", err)
+	}
+
+	tr2, _ := e.tracker(capabilities.TrackerOptions{}, nil)
+	if _, err := tr2.WaitReady(ctxT(t), "front-door", "video", "browser-h264-720p"); err != nil {
+		t.Fatal(err)
+	}
+	tr2.Stop()
+	if _, err := tr2.WaitReady(ctxT(t), "front-door", "video", "browser-h264-720p"); !errors.Is(err, capabilities.ErrTrackerStopped) {
+		t.Errorf("WaitReady after Stop = %v, want ErrTrackerStopped", err)
+	}
+	if tr2.Stale() {
+		t.Error("Stop made the snapshot stale; its doc says it stays as it was")
+	}
+	if _, online, _ := tr2.Resolve("front-door"); !online {
+		t.Error("Stop changed the snapshot; its doc says it stays readable as it was")
+	}
+}

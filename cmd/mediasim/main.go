@@ -7,7 +7,9 @@
 // It answers `<prefix>.caps.v1.get`, announces changes on `<prefix>.caps.v1.changed` and serves the
 // media commands on `<prefix>.media.v1.*.<command>` (SPEC.md section 12). Under stated's permissions
 // it must connect as a principal with `media = true`. Started before the NATS server is up, it waits
-// for it until stopped; credentials NATS refuses end it (exit 1), bad flags too (exit 2).
+// for it until stopped, and it reconnects as often as the connection drops. Bad flags end it with
+// exit 2; credentials NATS refuses, at the first connection or a later reconnect (the principal
+// removed, its password changed), with exit 1; SIGINT or SIGTERM, at any time, with exit 0.
 package main
 
 import (
@@ -17,9 +19,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	neturl "net/url"
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -61,6 +65,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "mediasim: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if err := checkURLs(*url); err != nil {
+		fmt.Fprintf(stderr, "mediasim: --nats-url %q: %v\n", *url, err)
 		return 2
 	}
 	// Under stated the user is a principal (its inbox prefix _INBOX.<user> is a subject token); a
@@ -141,11 +149,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return code
 	}
 
+	// Watched from before Start: a close while it starts is not missed.
+	closed := nc.StatusChanged(nats.CLOSED)
+	defer nc.RemoveStatusListener(closed)
 	s := sim.New(nc, opts)
 	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err = s.Start(startCtx)
 	cancel()
 	if err != nil {
+		if ctx.Err() != nil { // stopped as asked while it started: nothing failed
+			log.Info("stopping before the simulator served")
+			return 0
+		}
 		log.Error("start", "error", err)
 		return 1
 	}
@@ -153,7 +168,20 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		log.Info("source", "source_id", src.SourceID, "session_id", src.SessionID, "online", src.Online)
 	}
 	log.Info("media simulator running", "url", nc.ConnectedUrlRedacted(), "prefix", *prefix, "ready_delay", *readyDelay)
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-closed:
+		// NATS closed the connection for good (it refused the credentials on a reconnect: the
+		// principal was removed or its password changed). A simulator that can serve nothing more
+		// must not look alive to whoever supervises it.
+		s.Stop()
+		err := nc.LastError()
+		if err == nil {
+			err = nats.ErrConnectionClosed
+		}
+		log.Error("NATS closed the connection; nothing can be served any more", "error", err)
+		return 1
+	}
 	log.Info("stopping")
 	s.Stop()
 	if err := nc.FlushTimeout(2 * time.Second); err != nil {
@@ -188,6 +216,41 @@ func awaitConnection(ctx context.Context, nc *nats.Conn, log *slog.Logger) (bool
 		case <-status:
 		}
 	}
+}
+
+// checkURLs checks --nats-url, a comma-separated list of NATS server URLs, as nats.go reads it (a URL
+// without a scheme is nats://), so that a typo is a usage error: nats.go refused some only once asked
+// to connect (exit 1, as a server refusing the credentials), and took others, such as a port out of
+// range, to retry for ever a server that cannot exist.
+func checkURLs(list string) error {
+	n := 0
+	for u := range strings.SplitSeq(list, ",") {
+		if u = strings.TrimSpace(u); u == "" {
+			continue // nats.go skips it too
+		}
+		n++
+		if !strings.Contains(u, "://") {
+			u = "nats://" + u
+		}
+		parsed, err := neturl.Parse(u)
+		if err != nil {
+			return err
+		}
+		switch parsed.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return fmt.Errorf("scheme %q is not nats, tls, ws or wss", parsed.Scheme)
+		}
+		if p := parsed.Port(); p != "" {
+			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+				return fmt.Errorf("port %q is not 1 to 65535", p)
+			}
+		}
+	}
+	if n == 0 {
+		return errors.New("no URL")
+	}
+	return nil
 }
 
 // streamIDs lists the streams of the simulator's sources.
