@@ -44,15 +44,18 @@ func WithRegistry(reg *schema.Registry) Option { return func(o *options) { o.reg
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
 // New returns a Coordinator that writes and reads through c, as c's principal. It compiles the schema
-// registry used for local validation once (unless WithRegistry gives one). Intents in service/<id>
-// namespaces, preferences in group/<id> namespaces and the fleet view need an admin principal.
+// registry used for local validation once (unless WithRegistry gives one). A nil Option is ignored.
+// Intents in service/<id> namespaces, preferences in group/<id> namespaces and the fleet view need an
+// admin principal.
 func New(c *client.Client, opts ...Option) (*Coordinator, error) {
 	if c == nil {
 		return nil, errors.New("coordinator: nil client")
 	}
 	var o options
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil { // a nil Option sets nothing, as WithRegistry(nil) and WithLogger(nil) set nothing
+			opt(&o)
+		}
 	}
 	if o.reg == nil {
 		reg, err := schema.New()

@@ -101,6 +101,10 @@ func New(c *client.Client, r Reconciler, o Options) (*Controller, error) {
 		return nil, errors.New("reconciler: nil client")
 	case r == nil:
 		return nil, errors.New("reconciler: nil Reconciler")
+	case isNilFunc(r):
+		// A nil Func would panic in every Reconcile, which the controller recovers as a failure and
+		// retries with backoff for ever: refuse it here, where the mistake is made.
+		return nil, errors.New("reconciler: nil Reconciler (a nil Func)")
 	case !wire.ValidNamespace(o.Namespace):
 		return nil, fmt.Errorf("reconciler: invalid namespace %q", o.Namespace)
 	case !wire.ValidKeyPrefix(o.KeyPrefix):
@@ -139,11 +143,18 @@ func New(c *client.Client, r Reconciler, o Options) (*Controller, error) {
 	}, nil
 }
 
+// isNilFunc reports whether r is a Func holding no function.
+func isNilFunc(r Reconciler) bool {
+	f, ok := r.(Func)
+	return ok && f == nil
+}
+
 // Start starts the cache and returns once its first snapshot is installed and every key in it is
 // enqueued; then it starts the workers, the triggers and the periodic resync. ctx bounds only this
 // wait (the controller runs until Stop). Transient failures of the first watch are retried until ctx
 // ends; others (PERMISSION_DENIED, WATCH_TOO_BROAD, ...) are returned at once. Start may be called
-// once; after a failed Start, call Stop.
+// once: a second call, even after a failed Start, returns ErrStopped. A failed Start leaves nothing
+// running (no cache, no goroutine), so Stop is then not needed, though harmless.
 func (c *Controller) Start(ctx context.Context) error {
 	c.mu.Lock()
 	if c.started || c.stopped {
@@ -211,6 +222,10 @@ func (c *Controller) goOwned(f func()) {
 // ignores its cancelled context past StopTimeout is abandoned (logged with its key): it runs on until
 // it returns, and its outcome schedules nothing. No Reconcile starts after Stop returns, and none
 // whose key a worker takes after Stop began. Later calls wait for the first one and return.
+//
+// Stop waits for the running Reconciles, so a Reconcile must not call it: it would wait the whole
+// StopTimeout for itself (and every other Stop caller with it). A Reconcile that wants the
+// controller stopped calls go ctrl.Stop(), or, under a worker.Worker, ends the worker's context.
 func (c *Controller) Stop() {
 	c.stop.Do(func() {
 		c.mu.Lock()

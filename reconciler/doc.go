@@ -12,12 +12,13 @@
 // backoff, honours Result.Requeue and Result.RequeueAfter, bounds concurrency and stops cleanly.
 //
 // A Reconcile reads the current entry from Controller.Cache, not from the request, so it acts on the
-// latest intent the cache holds; an absent key means the intent is gone. (While the cache cannot
-// watch, Cache().Err() is not nil and its entries are the last it had.) Media intents are decoded with
-// DecodeMediaIntent and checked with MediaIntent.Validate: an intent that fails is a worker validation
-// failure (a *ValidationError), reported as an ObservedStatus in state "invalid" (InvalidStatus) and
-// never turned into a command. A publish intent without a valid recording_mode, in particular, never
-// produces a StartPublication.
+// latest intent the cache holds; an absent key means the intent is gone. (While the cache does not
+// follow the store, Cache().Following() is false and its entries are the last it had; Cache().Err()
+// says why when the store refused to watch again, and is nil while the store is merely unreachable.)
+// Media intents are decoded with DecodeMediaIntent and checked with MediaIntent.Validate: an intent
+// that fails is a worker validation failure (a *ValidationError), reported as an ObservedStatus in
+// state "invalid" (InvalidStatus) and never turned into a command. A publish intent without a valid
+// recording_mode, in particular, never produces a StartPublication.
 //
 // See the Controller example for a worker's Reconcile.
 package reconciler

@@ -32,8 +32,9 @@ type Result struct {
 // whose entry changed, appeared, disappeared, or may need another look (a trigger, a resync); it must
 // be idempotent and read the current state itself (Controller.Cache). The controller never runs two
 // Reconciles of one key at once, but runs Reconciles of different keys concurrently (up to
-// Options.MaxConcurrent). An error retries the key with per-key exponential backoff; ctx ends when the
-// controller stops.
+// Options.MaxConcurrent). An error retries the key with per-key exponential backoff, for as long as
+// the errors go on (each wait capped at Options.MaxBackoff); a panic is recovered, logged with its
+// stack and retried as an error. ctx ends when the controller stops.
 type Reconciler interface {
 	Reconcile(ctx context.Context, req Request) (Result, error)
 }

@@ -41,7 +41,9 @@ type Options struct {
 }
 
 // Component is something the worker starts and stops with itself: a reconciler controller, a cache,
-// a tracker. Start must return once the component runs; Stop must return once it has stopped.
+// a tracker. Start must return once the component runs; Stop must return once it has stopped. Run
+// calls Stop only for a component whose Start returned nil, so a Start that fails must leave nothing
+// running, as the Start of reconciler.Controller and of capabilities.Tracker does.
 type Component interface {
 	Start(ctx context.Context) error
 	Stop()
@@ -130,6 +132,8 @@ func (w *Worker) Principal() string { return w.opts.Principal }
 func (w *Worker) Logger() *slog.Logger { return w.opts.Logger }
 
 // Add registers a component; Run starts components in the order added and stops them in reverse.
+// A Run already going on does not start it: components and goroutines registered while the worker
+// runs take part in its next Run. A nil component makes Run fail before it starts anything.
 func (w *Worker) Add(c Component) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -138,7 +142,8 @@ func (w *Worker) Add(c Component) {
 
 // Go registers a goroutine the worker owns: Run starts it after the components and cancels its
 // context, and waits for it, when the worker stops. An error it returns (other than the context's)
-// stops the worker.
+// stops the worker. Like Add, it takes part in the next Run, not in one going on; a nil fn makes Run
+// fail before it starts anything.
 func (w *Worker) Go(name string, fn func(ctx context.Context) error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -233,6 +238,22 @@ func (w *Worker) Healthy() error {
 		return fmt.Errorf("heartbeat: %w", w.lastErr)
 	case time.Since(w.lastBeat) > 2*w.opts.HeartbeatInterval:
 		return fmt.Errorf("no heartbeat for %v", time.Since(w.lastBeat).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// checkRegistered refuses a nil component or goroutine function: Run would panic on it, a goroutine's
+// panic taking the whole process down after the worker announced itself ready.
+func checkRegistered(components []Component, goroutines []namedFunc) error {
+	for i, c := range components {
+		if c == nil {
+			return fmt.Errorf("worker: component %d (of %d added) is nil", i+1, len(components))
+		}
+	}
+	for _, g := range goroutines {
+		if g.fn == nil {
+			return fmt.Errorf("worker: goroutine %q has a nil function", g.name)
+		}
 	}
 	return nil
 }
@@ -377,17 +398,23 @@ func (w *Worker) cutLeases(hb wire.Heartbeat, size int) []byte {
 // for good then) stops the worker without starting the remaining components, the owned goroutines or
 // announcing "ready"; a Start that then returns its context's error is no failure: Run returns nil
 // for a worker told to stop. A Start that fails stops the worker the same way (draining, the
-// components started before it stopped within StopTimeout, stopping), and Run returns its error.
+// components started before it stopped within StopTimeout, stopping), and Run returns its error; the
+// component whose Start failed is not stopped. A nil component or goroutine function (Add, Go) is
+// refused before anything starts or is announced.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if w.running {
 		w.mu.Unlock()
 		return errors.New("worker: already running")
 	}
-	w.running = true
-	w.status = wire.StatusStarting // a run after an earlier one starts over, not "stopping"
 	components := slices.Clone(w.components)
 	goroutines := slices.Clone(w.goroutines)
+	if err := checkRegistered(components, goroutines); err != nil {
+		w.mu.Unlock()
+		return err
+	}
+	w.running = true
+	w.status = wire.StatusStarting // a run after an earlier one starts over, not "stopping"
 	w.mu.Unlock()
 	defer func() {
 		w.mu.Lock()
