@@ -30,6 +30,25 @@ type loaded struct {
 	epoch     string
 	spaces    map[string]*loadedSpace
 	auditHead auditHead
+	// settings is what the store last served from each settings-backed namespace's file (see
+	// settingsRecord); a namespace absent here has no record (a database of an older format, or a
+	// namespace never settings-backed).
+	settings map[string]*settingsRecord
+}
+
+// settingsRecord is what the store last served from a settings-backed namespace: the namespace
+// revision at which it was recorded and, for each entry, the revision served and the digest of the
+// content it was served with (entryDigest). Open compares a file with it to tell an entry changed by
+// hand from one the store wrote (see Store.reconcileSettings).
+type settingsRecord struct {
+	revision uint64
+	entries  map[string]servedEntry
+}
+
+// servedEntry is one entry of a settingsRecord.
+type servedEntry struct {
+	Revision uint64 `json:"revision"`
+	SHA256   string `json:"sha256"`
 }
 
 type loadedSpace struct {
@@ -83,6 +102,15 @@ type batch struct {
 	namespaces map[string]nsCounter // every namespace the batch touched (a settings-backed one: its revision only)
 	totalBytes int64                // database-backed document bytes after the batch
 	audit      []auditRecord
+	settings   map[string]*settingsChange // the records of the settings-backed namespaces the batch touched
+}
+
+// settingsChange updates one namespace's settingsRecord: its revision becomes revision, each key of
+// entries is recorded (a nil value: removed) and, with replace, every record not in entries goes.
+type settingsChange struct {
+	revision uint64
+	entries  map[string]*servedEntry
+	replace  bool
 }
 
 // memBackend persists nothing: the InMemory store.

@@ -21,14 +21,18 @@ import (
 	"github.com/keeppeek/coordination/store/wire"
 )
 
-// The bbolt layout, format 3:
+// The bbolt layout, format 4:
 //
-//	meta        format -> "3", epoch -> string, total_bytes -> decimal,
+//	meta        format -> "4", epoch -> string, total_bytes -> decimal,
 //	            audit_head -> {"seq","hash"}, audit_checkpoint -> {"seq","hash"}
 //	entries     <namespace> 0x00 -> the namespace's counters {"revision","entries","bytes"}
 //	            <namespace> 0x00 <key> -> StateEntry JSON
 //	audit       <seq, 8 bytes big-endian> -> audit record JSON
 //	audit_tail  <seq, 8 bytes big-endian> -> audit record JSON: the newest records, at most a few
+//	settings    <namespace> 0x00 -> {"revision"}: the revision of a settings-backed namespace when
+//	            the store last wrote, or opened, its file
+//	            <namespace> 0x00 <key> -> {"revision","sha256"}: an entry the store served from that
+//	            file, at that revision, with that content (see settingsRecord)
 //
 // A namespace's counters sort just before its entries, so a commit usually rewrites one leaf for both.
 // A commit appends its audit records to audit_tail, a bucket small enough for bbolt to keep inline in
@@ -38,16 +42,19 @@ import (
 // audit_tail, in sequence order.
 // Format 1 kept the counters in a bucket of their own ("namespaces"); migrations[1] moves them.
 // Format 2 had no audit_tail; migrations[2] adds it.
+// Format 3 had no settings bucket; migrations[3] adds it, empty: the first start after it serves every
+// settings file as it stands and records it.
 //
 // A format N+1 adds a migration from N to migrations below; Open runs the chain of migrations in one
 // transaction before validating, and refuses formats it does not know.
-const formatVersion = 3
+const formatVersion = 4
 
 var (
 	bucketMeta         = []byte("meta")
 	bucketEntries      = []byte("entries")
 	bucketAudit        = []byte("audit")
 	bucketAuditTail    = []byte("audit_tail")
+	bucketSettings     = []byte("settings")
 	bucketNamespacesV1 = []byte("namespaces") // format 1 only
 
 	metaFormat          = []byte("format")
@@ -56,13 +63,14 @@ var (
 	metaAuditHead       = []byte("audit_head")
 	metaAuditCheckpoint = []byte("audit_checkpoint")
 
-	allBuckets = [][]byte{bucketMeta, bucketEntries, bucketAudit, bucketAuditTail}
+	allBuckets = [][]byte{bucketMeta, bucketEntries, bucketAudit, bucketAuditTail, bucketSettings}
 )
 
 // migrations[n] upgrades a format-n database to format n+1 inside one write transaction.
 var migrations = map[int]func(tx *bolt.Tx) error{
 	1: migrateNamespaceCounters,
 	2: func(tx *bolt.Tx) error { _, err := tx.CreateBucket(bucketAuditTail); return err },
+	3: func(tx *bolt.Tx) error { _, err := tx.CreateBucketIfNotExists(bucketSettings); return err },
 }
 
 // migrateNamespaceCounters is format 1 to 2: each namespace's counters move from the "namespaces"
@@ -98,6 +106,7 @@ type loadRules struct {
 type boltBackend struct {
 	db        *bolt.DB
 	retention uint64
+	leftovers []string // files of creations cut short that Open removed (see removeCreationLeftovers)
 }
 
 // openBolt opens the database at path, creating it (atomically: built beside it, then linked into
@@ -175,7 +184,11 @@ func openBoltOnce(path string, deadline time.Time, retention int, create bool) (
 		_ = b.close()
 		return nil, false, err
 	}
-	return b, os.SameFile(fi, now), nil
+	same = os.SameFile(fi, now)
+	if same && create {
+		b.leftovers = removeCreationLeftovers(path)
+	}
+	return b, same, nil
 }
 
 // initialMmapSize is how much of the database bbolt maps at open: address space only (the file grows
@@ -216,9 +229,32 @@ const (
 // createBolt builds a new, empty database of the current format beside path and links it into place,
 // so a crash never leaves a half-made database behind, and a store creating it at the same time never
 // replaces the one another has opened: the first link wins, and the other store opens that database
-// (and waits for its lock).
+// (and waits for its lock). A creation that fails while a database has appeared at path is no
+// failure: another store made it (and may have removed this one's file as a leftover, see
+// removeCreationLeftovers), and that database is opened.
 func createBolt(path string, timeout time.Duration) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".creating-*")
+	err := buildBolt(path, timeout)
+	if err != nil {
+		if _, serr := os.Stat(path); serr == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+// creatingPattern is the os.CreateTemp pattern of the file createBolt builds a database in, beside
+// the database named base.
+func creatingPattern(base string) string { return base + ".creating-*" }
+
+// isCreatingFile reports whether name is one of os.CreateTemp's names for creatingPattern(base): the
+// star stands for decimal digits only.
+func isCreatingFile(name, base string) bool {
+	rest, ok := strings.CutPrefix(name, base+".creating-")
+	return ok && rest != "" && strings.Trim(rest, "0123456789") == ""
+}
+
+func buildBolt(path string, timeout time.Duration) error {
+	f, err := os.CreateTemp(filepath.Dir(path), creatingPattern(filepath.Base(path)))
 	if err != nil {
 		return err
 	}
@@ -234,9 +270,11 @@ func createBolt(path string, timeout time.Duration) error {
 		db.Close()
 		return err
 	}
+	whileCreating(tmp)
 	if err := db.Close(); err != nil {
 		return err
 	}
+	beforeCreateLink(tmp)
 	if err := os.Link(tmp, path); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return nil // another store made it first: that one is the database
@@ -251,6 +289,69 @@ func createBolt(path string, timeout time.Duration) error {
 	}
 	return syncFile(filepath.Dir(path))
 }
+
+// removeCreationLeftovers removes the files that stores killed while creating the database at path
+// left beside it (createBolt builds a database in "<name>.creating-<digits>" and links it into
+// place), and returns their names. It runs once the database at path is open and its lock held, so
+// that path names a database from then on. A store creating the database at this moment holds its
+// file's lock (bbolt's, while it builds it) or will find the database at path when its creation
+// fails (createBolt), so a file is removed only if its lock can be taken at once and its name still
+// names the file locked; where locks are not available nothing is removed. Errors are not returned:
+// a leftover that stays changes nothing the store serves, and the next start tries again.
+func removeCreationLeftovers(path string) []string {
+	if !canSweep {
+		return nil
+	}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var removed []string
+	for _, e := range ents {
+		if !isCreatingFile(e.Name(), base) || !e.Type().IsRegular() {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if removeIfUnlocked(p) {
+			removed = append(removed, p)
+		}
+	}
+	return removed
+}
+
+// removeIfUnlocked removes the regular file at p if its lock can be taken at once, under the lock.
+func removeIfUnlocked(p string) bool {
+	f, err := openNoFollow(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if info, err := f.Stat(); err != nil || !info.Mode().IsRegular() {
+		return false
+	}
+	if locked, err := tryLockExclusive(f); err != nil || !locked {
+		return false
+	}
+	open, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	if named, err := os.Lstat(p); err != nil || !os.SameFile(open, named) {
+		return false
+	}
+	return os.Remove(p) == nil
+}
+
+// whileCreating and beforeCreateLink run in createBolt, with the name of the new file, while bbolt
+// holds it and once it has let it go; tests use them to stop there.
+var (
+	whileCreating    = func(tmp string) {}
+	beforeCreateLink = func(tmp string) {}
+)
 
 func (b *boltBackend) close() error { return b.db.Close() }
 
@@ -464,6 +565,9 @@ func loadTx(tx *bolt.Tx, rules *loadRules) (*loaded, error) {
 	if sum != total {
 		return nil, fmt.Errorf("total_bytes %d disagrees with the namespaces' byte counters (sum %d)", total, sum)
 	}
+	if ld.settings, err = loadSettingsRecords(tx.Bucket(bucketSettings), counters, bounds); err != nil {
+		return nil, err
+	}
 
 	// Documents, each bounded by size before it is decoded.
 	seen := map[string]nsCounter{}
@@ -549,6 +653,97 @@ func loadTx(tx *bolt.Tx, rules *loadRules) (*loaded, error) {
 	return ld, nil
 }
 
+// loadSettingsRecords reads and checks the settings bucket: each namespace's record (key <ns> 0x00,
+// sorted before its entries) at a revision no higher than the namespace's counter, then its entries,
+// each at a revision from 1 to the record's with a SHA-256 digest, at most max_entries_per_namespace.
+func loadSettingsRecords(b *bolt.Bucket, counters map[string]nsCounter, bounds wire.Bounds) (map[string]*settingsRecord, error) {
+	out := map[string]*settingsRecord{}
+	err := b.ForEach(func(k, v []byte) error {
+		if v == nil {
+			return fmt.Errorf("settings bucket holds a bucket %q", k)
+		}
+		ns, key, ok := strings.Cut(string(k), "\x00")
+		if !ok {
+			return fmt.Errorf("settings record %q has no namespace separator", k)
+		}
+		if key == "" {
+			if !wire.ValidNamespace(ns) {
+				return fmt.Errorf("settings record of %q: not a valid namespace", ns)
+			}
+			var r struct {
+				Revision uint64 `json:"revision"`
+			}
+			if err := strictJSON(v, &r); err != nil {
+				return fmt.Errorf("settings record of %s: %v", ns, err)
+			}
+			if c, ok := counters[ns]; !ok || r.Revision > c.Revision {
+				return fmt.Errorf("settings record of %s is at revision %d, past the namespace's %d", ns, r.Revision, c.Revision)
+			}
+			out[ns] = &settingsRecord{revision: r.Revision, entries: map[string]servedEntry{}}
+			return nil
+		}
+		rec := out[ns]
+		if rec == nil {
+			return fmt.Errorf("settings record %s:%s: its namespace has no record", ns, key)
+		}
+		if !wire.ValidKey(key) {
+			return fmt.Errorf("settings record %s:%q has an invalid key", ns, key)
+		}
+		var e servedEntry
+		if err := strictJSON(v, &e); err != nil {
+			return fmt.Errorf("settings record %s:%s: %v", ns, key, err)
+		}
+		if e.Revision < 1 || e.Revision > rec.revision || !validSHA256(e.SHA256) {
+			return fmt.Errorf("settings record %s:%s is out of range (revision %d of %d, digest %q)", ns, key, e.Revision, rec.revision, e.SHA256)
+		}
+		if int64(len(rec.entries)) >= bounds.MaxEntriesPerNamespace {
+			return fmt.Errorf("settings record of %s holds more than max_entries_per_namespace entries", ns)
+		}
+		rec.entries[key] = e
+		return nil
+	})
+	return out, err
+}
+
+// validSHA256 reports whether s is a SHA-256 digest in lower-case hex.
+func validSHA256(s string) bool {
+	return len(s) == 64 && strings.Trim(s, "0123456789abcdef") == ""
+}
+
+// writeSettings applies a batch's settings changes to the settings bucket.
+func writeSettings(b *bolt.Bucket, changes map[string]*settingsChange) error {
+	for ns, c := range changes {
+		if c.replace {
+			prefix := counterKey(ns)
+			cur := b.Cursor()
+			for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = cur.Seek(prefix) {
+				if err := cur.Delete(); err != nil {
+					return err
+				}
+			}
+		}
+		v, _ := json.Marshal(struct {
+			Revision uint64 `json:"revision"`
+		}{c.revision})
+		if err := b.Put(counterKey(ns), v); err != nil {
+			return err
+		}
+		for key, e := range c.entries {
+			if e == nil {
+				if err := b.Delete(entryKey(ns, key)); err != nil {
+					return err
+				}
+				continue
+			}
+			v, _ := json.Marshal(e)
+			if err := b.Put(entryKey(ns, key), v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // errCommitUncertain wraps a commit error after which the database, or a settings file that could not
 // be put back, may hold the batch anyway.
 var errCommitUncertain = errors.New("the commit may have reached the database or a settings file")
@@ -588,6 +783,11 @@ func (b *boltBackend) write(tx *bolt.Tx, bt *batch) error {
 	for ns, c := range bt.namespaces {
 		v, _ := json.Marshal(c)
 		if err := entries.Put(counterKey(ns), v); err != nil {
+			return err
+		}
+	}
+	if len(bt.settings) > 0 {
+		if err := writeSettings(tx.Bucket(bucketSettings), bt.settings); err != nil {
 			return err
 		}
 	}

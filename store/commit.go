@@ -620,8 +620,24 @@ func (s *Store) persist(st *stage) error {
 		} else {
 			// A settings-backed namespace's entries live in its file; the database keeps its revision
 			// only, as a floor, so the revision never goes back if the file is replaced by an older one
-			// or the namespace stops being settings-backed (SPEC section 4).
+			// or the namespace stops being settings-backed (SPEC section 4), and a record of what it
+			// served, so the next Open can tell an entry changed by hand (see reconcileSettings).
 			bt.namespaces[op.ns] = nsCounter{Revision: n.revision}
+			if bt.settings == nil {
+				bt.settings = map[string]*settingsChange{}
+			}
+			sc := bt.settings[op.ns]
+			if sc == nil {
+				sc = &settingsChange{entries: map[string]*servedEntry{}}
+				bt.settings[op.ns] = sc
+			}
+			sc.revision = n.revision
+			switch op.kind {
+			case changePut:
+				sc.entries[op.key] = &servedEntry{Revision: op.revision, SHA256: entryDigest(op.entry)}
+			case changeDelete, changeExpire:
+				sc.entries[op.key] = nil
+			}
 		}
 		if op.kind == changeTouch {
 			continue // a keepalive is not an audited mutation

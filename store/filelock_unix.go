@@ -34,3 +34,22 @@ func lockShared(f *os.File, timeout time.Duration) (unlock func(), err error) {
 		time.Sleep(retry)
 	}
 }
+
+// canSweep says whether tryLockExclusive works here: a sweep of creation leftovers removes only what
+// it could lock.
+const canSweep = true
+
+// tryLockExclusive takes the lock bbolt takes on an open database (flock, exclusive) on f without
+// waiting: false, and no error, when another open file description holds it.
+func tryLockExclusive(f *os.File) (bool, error) {
+	err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// openNoFollow opens path for reading without following a symbolic link or waiting on a named pipe.
+func openNoFollow(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+}

@@ -117,7 +117,7 @@ func validateBackup(file string, opts Options) (string, error) {
 	// With the settings-backed namespaces, as Open replays them: their entries count against the same
 	// bounds as the backup's, and a backup that passes alone may not with them.
 	v := &Store{opts: opts, schemas: reg, spaces: map[string]*space{}}
-	if err := v.replay(ld); err != nil {
+	if _, err := v.replay(ld); err != nil {
 		return "", err
 	}
 	epoch := randomHex(8)

@@ -39,7 +39,8 @@ func settingsOpts(cfg, ns string) Options {
 // A settings file ahead of the database (written by hand, or by a write cut short after its rename)
 // is served at its revision; that revision is then the namespace's floor, as if the store had written
 // it: a later start with the file's revision edited lower, or with the namespace no longer declared,
-// never serves a revision below one clients were shown (SPEC section 4).
+// never serves a revision below one clients were shown (SPEC section 4). The entry gone with the
+// undeclared namespace is a delete (revision 11); back with the file, it is a put (12).
 func TestSettingsRevisionAheadOfTheDatabaseNeverGoesBack(t *testing.T) {
 	const ns = "user/alice"
 	dir := t.TempDir()
@@ -52,19 +53,19 @@ func TestSettingsRevisionAheadOfTheDatabaseNeverGoesBack(t *testing.T) {
 	s.Close()
 
 	s = openAt(t, path, DefaultOptions())
-	if r := nsRevision(t, s, ns); r != 10 {
-		t.Errorf("the namespace no longer declared: revision %d, want 10 (clients saw 10)", r)
+	if r := nsRevision(t, s, ns); r != 11 {
+		t.Errorf("the namespace no longer declared: revision %d, want 11 (clients saw 10, then its entry went)", r)
 	}
 	s.Close()
 
 	writeSettingsSection(t, cfg, ns, 2) // edited by hand to a lower revision
 	s = openAt(t, path, settingsOpts(cfg, ns))
-	if r := nsRevision(t, s, ns); r != 10 {
-		t.Errorf("the file's revision lowered to 2: revision %d, want 10", r)
+	if r := nsRevision(t, s, ns); r != 12 {
+		t.Errorf("the file's revision lowered to 2: revision %d, want 12", r)
 	}
 	e := mustPut(t, s, alice, wire.PutRequest{Namespace: ns, Key: "prefs", Schema: "keeppeek.preference.v1", Document: []byte(`{"kind":"tv"}`)})
-	if e.Revision != 11 {
-		t.Errorf("put after the file was lowered at revision %d, want 11", e.Revision)
+	if e.Revision != 13 {
+		t.Errorf("put after the file was lowered at revision %d, want 13", e.Revision)
 	}
 }
 
@@ -195,7 +196,7 @@ func TestSettingsWriteKilledBeforeItsCommit(t *testing.T) {
 	}
 	s.Close()
 	s = openAt(t, path, DefaultOptions())
-	if r := nsRevision(t, s, ns); r != 2 {
-		t.Fatalf("the namespace no longer declared after a start that served revision 2: revision %d", r)
+	if r := nsRevision(t, s, ns); r != 3 {
+		t.Fatalf("the namespace no longer declared after a start that served revision 2: revision %d, want 3 (its one entry gone)", r)
 	}
 }

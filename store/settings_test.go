@@ -67,28 +67,30 @@ func TestSettingsBackedNamespace(t *testing.T) {
 	if err != nil || !rep.OK() || rep.Records != 4 {
 		t.Fatalf("settings writes are audited: %+v %v", rep, err)
 	}
-	// Without the settings declaration the namespace's entries are gone with the file, but its revision
-	// stays: the database keeps it as a floor, so revisions never go back (SPEC section 4).
+	// Without the settings declaration the namespace's entries are gone with the file, each a delete
+	// (revision 5), and its revision never goes back: the database keeps it as a floor (SPEC section 4).
 	s2.Close()
 	s3 := openAt(t, path, DefaultOptions())
-	if r, _ := s3.List(ctx, admin, wire.ListRequest{Namespace: ns}); r.Revision != 4 || len(r.Entries) != 0 {
-		t.Fatalf("the namespace without its settings declaration: %+v, want revision 4 and no entries", r)
+	if r, _ := s3.List(ctx, admin, wire.ListRequest{Namespace: ns}); r.Revision != 5 || len(r.Entries) != 0 {
+		t.Fatalf("the namespace without its settings declaration: %+v, want revision 5 and no entries", r)
 	}
-	if e := mustPut(t, s3, admin, req); e.Revision != 5 {
-		t.Fatalf("put after the settings declaration was dropped at revision %d, want 5", e.Revision)
+	if e := mustPut(t, s3, admin, req); e.Revision != 6 {
+		t.Fatalf("put after the settings declaration was dropped at revision %d, want 6", e.Revision)
 	}
 	if _, err := s3.Delete(ctx, admin, wire.DeleteRequest{Namespace: ns, Key: req.Key}); err != nil {
 		t.Fatal(err)
 	}
 	s3.Close()
-	// Declared again, over a file whose revision (4) is behind the database's (6): the database's wins.
+	// Declared again, over a file whose revision (4) is behind the database's (7): the database's wins.
+	// The file's entry, served at 4 before, was deleted (5), written and deleted in the database (6 and
+	// 7) since: it comes back as a change, at a new revision (8), never at 4 again.
 	s4 := openAt(t, path, opts2)
 	r, err = s4.List(ctx, admin, wire.ListRequest{Namespace: ns})
-	if err != nil || r.Revision != 6 || len(r.Entries) != 1 {
-		t.Fatalf("settings namespace declared again: %+v %v, want revision 6 and the file's one entry", r, err)
+	if err != nil || r.Revision != 8 || len(r.Entries) != 1 || r.Entries[0].Revision != 8 {
+		t.Fatalf("settings namespace declared again: %+v %v, want revision 8 and the file's one entry at 8", r, err)
 	}
-	if e := mustPut(t, s4, admin, req); e.Revision != 7 {
-		t.Fatalf("settings put after the floor at revision %d, want 7", e.Revision)
+	if e := mustPut(t, s4, admin, req); e.Revision != 9 {
+		t.Fatalf("settings put after the floor at revision %d, want 9", e.Revision)
 	}
 }
 

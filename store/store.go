@@ -61,7 +61,10 @@ type Store struct {
 
 // Open opens (or creates) the store at path. It returns an error only for invalid options; a database
 // that cannot be opened or fails validation gives an unavailable Store with the reason, never a panic
-// and never partial service.
+// and never partial service. The file of a creation cut short (a first start killed while it built
+// the database beside path) is removed once the database is open, never one another store is still
+// building. Settings-backed namespaces are read here, and only here: see SettingsBackend for how an
+// edit made to their files while the store was stopped is served.
 func Open(path string, opts Options) (*Store, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -101,6 +104,9 @@ func (s *Store) load(path string) error {
 		if err != nil {
 			return fmt.Errorf("open %s: %w", path, err)
 		}
+		for _, name := range b.leftovers {
+			s.opts.Logger.Info("removed the file of a database creation cut short", "file", name)
+		}
 		be = b
 	}
 	rules := &loadRules{bounds: s.opts.Bounds, schemas: s.schemas, settings: s.opts.Settings}
@@ -110,11 +116,12 @@ func (s *Store) load(path string) error {
 		return fmt.Errorf("load %s: %w", path, err)
 	}
 	s.be = be
-	if err := s.replay(ld); err != nil {
+	fileRevs, err := s.replay(ld)
+	if err != nil {
 		_ = be.close()
 		return err
 	}
-	if err := s.recordSettingsFloors(ld); err != nil {
+	if err := s.reconcileSettings(ld, fileRevs); err != nil {
 		_ = be.close()
 		return fmt.Errorf("record the revisions of settings namespaces: %w", err)
 	}
@@ -129,8 +136,8 @@ func (s *Store) load(path string) error {
 // replay puts the state a backend loaded, and the entries of the settings-backed namespaces, in
 // memory, checking the two together against the bounds (namespaces holding entries, total bytes). A
 // restore runs it too, on the copy it validates, so that it never installs a backup the next start
-// would refuse.
-func (s *Store) replay(ld *loaded) error {
+// would refuse. It returns each settings-backed namespace's revision as its file gives it.
+func (s *Store) replay(ld *loaded) (map[string]uint64, error) {
 	s.epoch = ld.epoch
 	s.audit = ld.auditHead
 	for ns, ls := range ld.spaces {
@@ -141,86 +148,62 @@ func (s *Store) replay(ld *loaded) error {
 			s.dbBytes += int64(len(e.Document))
 		}
 	}
+	fileRevs := make(map[string]uint64, len(s.opts.Settings))
 	for ns, sb := range s.opts.Settings {
-		if err := s.loadSettings(ns, sb); err != nil {
-			return err
+		rev, err := s.loadSettings(ns, sb)
+		if err != nil {
+			return nil, err
 		}
+		fileRevs[ns] = rev
 	}
-	return nil
+	return fileRevs, nil
 }
 
-func (s *Store) loadSettings(ns string, sb SettingsBackend) error {
+// loadSettings puts the entries of a settings-backed namespace's file in memory, as the file gives
+// them, and returns the file's revision; reconcileSettings then renumbers what changed outside the
+// store.
+func (s *Store) loadSettings(ns string, sb SettingsBackend) (uint64, error) {
 	st, err := sb.Load()
 	if err != nil {
-		return fmt.Errorf("settings namespace %s: %w", ns, err)
+		return 0, fmt.Errorf("settings namespace %s: %w", ns, err)
 	}
 	sp := s.space(ns)
 	sp.settings = true
 	sp.revision = max(sp.revision, st.Revision) // the database's floor
 	if int64(len(st.Entries)) > s.opts.Bounds.MaxEntriesPerNamespace {
-		return fmt.Errorf("settings namespace %s holds %d entries, over max_entries_per_namespace", ns, len(st.Entries))
+		return 0, fmt.Errorf("settings namespace %s holds %d entries, over max_entries_per_namespace", ns, len(st.Entries))
 	}
 	for i := range st.Entries {
 		e := st.Entries[i]
 		e.Namespace = ns
 		if !wire.ValidKey(e.Key) || sp.get(e.Key) != nil {
-			return fmt.Errorf("settings namespace %s: invalid or duplicate key %q", ns, e.Key)
+			return 0, fmt.Errorf("settings namespace %s: invalid or duplicate key %q", ns, e.Key)
 		}
 		if !wire.ValidPrincipalID(e.Owner) {
-			return fmt.Errorf("settings namespace %s: entry %s has an invalid owner %q", ns, e.Key, e.Owner)
+			return 0, fmt.Errorf("settings namespace %s: entry %s has an invalid owner %q", ns, e.Key, e.Owner)
 		}
 		if e.Revision < 1 || e.Revision > st.Revision {
-			return fmt.Errorf("settings namespace %s: entry %s has revision %d, namespace is at %d", ns, e.Key, e.Revision, st.Revision)
+			return 0, fmt.Errorf("settings namespace %s: entry %s has revision %d, namespace is at %d", ns, e.Key, e.Revision, st.Revision)
 		}
 		doc, err := wire.CompactDocument(e.Document)
 		if err != nil || int64(len(doc)) > s.opts.Bounds.MaxDocumentBytes {
-			return fmt.Errorf("settings namespace %s: entry %s has an invalid document", ns, e.Key)
+			return 0, fmt.Errorf("settings namespace %s: entry %s has an invalid document", ns, e.Key)
 		}
 		if err := s.schemas.Validate(e.Schema, ns, doc); err != nil {
-			return fmt.Errorf("settings namespace %s: entry %s: %v", ns, e.Key, err)
+			return 0, fmt.Errorf("settings namespace %s: entry %s: %v", ns, e.Key, err)
 		}
 		e.Document, e.TTLMs, e.ExpiresAtMs = doc, 0, 0
 		s.index(sp, &e)
 	}
 	if s.totalBytes > s.opts.Bounds.MaxTotalValueBytes {
-		return fmt.Errorf("settings namespace %s: total bytes over max_total_value_bytes", ns)
+		return 0, fmt.Errorf("settings namespace %s: total bytes over max_total_value_bytes", ns)
 	}
 	// A settings namespace holding entries is one of max_namespaces, as it is for every put (SPEC
 	// section 8); the database's own namespaces were counted against the bound before.
 	if s.liveNamespaces > s.opts.Bounds.MaxNamespaces {
-		return fmt.Errorf("settings namespace %s: %d namespaces hold entries, over max_namespaces %d", ns, s.liveNamespaces, s.opts.Bounds.MaxNamespaces)
+		return 0, fmt.Errorf("settings namespace %s: %d namespaces hold entries, over max_namespaces %d", ns, s.liveNamespaces, s.opts.Bounds.MaxNamespaces)
 	}
-	return nil
-}
-
-// recordSettingsFloors writes to the database, before the store serves, the revision of every
-// settings-backed namespace whose file is ahead of the database's record of it: a file written by hand,
-// or by a write cut short by a crash after its rename and before its commit. The database's record is
-// the floor the namespace's revision never goes below (see persist); served without it, the file's
-// revision could go back at a later start, when the file is edited to a lower one or the namespace is
-// no longer declared, and revisions clients saw would be given again to other writes (SPEC section 4).
-func (s *Store) recordSettingsFloors(ld *loaded) error {
-	floors := map[string]nsCounter{}
-	for ns := range s.opts.Settings {
-		ls := ld.spaces[ns] // nil: the database has no record of the namespace (see persist)
-		var recorded uint64
-		if ls != nil {
-			recorded = ls.revision
-		}
-		rev := s.spaces[ns].revision
-		if rev <= recorded {
-			continue
-		}
-		if ls != nil {
-			s.opts.Logger.Warn("a settings namespace's file is ahead of the database: changes made to the file outside the store, or a write cut short by a crash after the file was written, have no audit record",
-				"namespace", ns, "file_revision", rev, "recorded_revision", recorded)
-		}
-		floors[ns] = nsCounter{Revision: rev}
-	}
-	if len(floors) == 0 {
-		return nil
-	}
-	return s.be.commit(&batch{namespaces: floors, totalBytes: s.dbBytes})
+	return st.Revision, nil
 }
 
 // space returns the namespace's memory state, creating it. Callers hold mu or run before serving.

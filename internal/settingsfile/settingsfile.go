@@ -17,6 +17,12 @@
 // The document is kept as a TOML string holding compact JSON, so any JSON object
 // survives TOML unchanged. All integers are TOML integers from 0 to 2^53-1.
 //
+// This package reads and writes the section as it stands; it does not judge the
+// revisions. An operator who edits an entry by hand need not raise them: the
+// store (package store) records what it served from the file and, at its next
+// start, serves an entry whose content changed at a new revision, however the
+// file numbers it.
+//
 // Save rewrites the whole file: it decodes it into a generic map, replaces the one
 // namespace's table and encodes the map again. Every other key, table and array of
 // tables keeps its meaning (values, types, date-times), but comments, key order,
