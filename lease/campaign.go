@@ -14,8 +14,15 @@ import (
 // the lease is held, it watches the key (a client.Cache on the key as prefix) and claims again, with
 // a create-only put, as soon as the key is gone: deleted, expired, or absent from a fresh snapshot.
 // Several standbys may race for it; the store lets exactly one create win, and the others keep
-// waiting. It returns the lease once claimed, the error of a claim that failed other than with
-// ErrHeld, an error of its watch (client.ErrCacheClosed once the connection closed for good,
+// waiting. The watch is checked every o.RenewEvery (an ack, when no update came meanwhile): a state
+// server restarted behind a NATS server that stayed up has forgotten the watch and will never send it
+// the release or expiry, and holds the standby back about two RenewEvery, not a TTL or more. Each
+// request of a claim is bounded by the client's request timeout, whatever ctx's deadline: a reply
+// lost to a killed state server fails that claim (an error, as any failed claim) instead of holding
+// the campaign until ctx ends.
+//
+// It returns the lease once claimed, the error of a claim that failed other than with ErrHeld, an
+// error of its watch (client.ErrCacheClosed once the connection closed for good,
 // client.ErrEpochChanged after a restore, the store's refusal to watch again), or ctx's error; an
 // Elector campaigns again after any of them but a refusal for good.
 //
@@ -30,6 +37,7 @@ func Campaign(ctx context.Context, c *client.Client, o Options) (*Lease, error) 
 	if c == nil {
 		return nil, errNilClient
 	}
+	o.boundClaims = true
 	l, err := claim(ctx, c, o)
 	if !errors.Is(err, ErrHeld) {
 		return l, err
@@ -44,7 +52,14 @@ func Campaign(ctx context.Context, c *client.Client, o Options) (*Lease, error) 
 		default:
 		}
 	}
+	// The cache checks that its watch is still live every RenewEvery rather than every 5 s: a state
+	// server that restarted behind a NATS server that stayed up (--nats-url) has forgotten the watch
+	// and tells the standby nothing, and the release or expiry it then never sends would otherwise
+	// reach the standby only when the default check, 5 to 10 s later, found the watch gone: past the
+	// TTL a failover should take. While the holder renews, the standby acks each renewal's update, and
+	// the check sends nothing more.
 	cache, err := c.NewCache(ctx, client.CacheOptions{Namespace: o.Namespace, KeyPrefix: o.Key, Logger: o.Logger,
+		CheckInterval: o.RenewEvery,
 		Handlers: client.Handlers{
 			OnPut:    func(wire.Entry) { poke() },
 			OnDelete: func(string, uint64) { poke() },

@@ -17,8 +17,9 @@
 // and a lease claimed in another epoch is lost (ErrRestored) without a write.
 //
 // Campaign is the standby: it claims, and while the lease is held it watches the key and claims again
-// as soon as the entry is deleted or expires, without polling. Elector runs a singleton job on one
-// replica at a time: it campaigns, calls OnStarted with a context cancelled when the lease is lost,
+// as soon as the entry is deleted or expires, without reading it again and again (it only checks,
+// every RenewEvery, that its watch is still live). Elector runs a singleton job on one replica at a
+// time: it campaigns, calls OnStarted with a context cancelled when the lease is lost,
 // releases, and campaigns again. The leader keeps a resume offset with Lease.LoadOffset and
 // Lease.SaveOffset; the save is a guarded write, so a deposed leader cannot move the offset.
 //

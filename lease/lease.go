@@ -86,7 +86,9 @@ func Claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 
 // claim is Claim with resolved options.
 func claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
-	info, err := c.Info(ctx)
+	ictx, cancel := o.requestContext(ctx, c)
+	info, err := c.Info(ictx)
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("lease: claim %s:%s: %w", o.Namespace, o.Key, err)
 	}
@@ -97,10 +99,14 @@ func claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 		return nil, fmt.Errorf("lease: encode document: %w", err)
 	}
 	create, ttl := int64(0), o.ttlMs()
-	e, err := claimPut(ctx, c, o, wire.PutRequest{Namespace: o.Namespace, Key: o.Key, Schema: leaseSchema,
+	pctx, cancel := o.requestContext(ctx, c)
+	e, err := claimPut(pctx, c, o, wire.PutRequest{Namespace: o.Namespace, Key: o.Key, Schema: leaseSchema,
 		Document: doc, ExpectedRevision: &create, TTLMs: &ttl})
+	cancel()
 	if errors.Is(err, wire.ErrConflict) {
-		return nil, heldError(ctx, c, &o, info.Epoch, err)
+		gctx, cancel := o.requestContext(ctx, c)
+		defer cancel()
+		return nil, heldError(gctx, c, &o, info.Epoch, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lease: claim %s:%s: %w", o.Namespace, o.Key, err)
@@ -113,6 +119,17 @@ func claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 	}
 	go l.run(loopCtx, sent)
 	return l, nil
+}
+
+// requestContext returns the context of one request of a claim: ctx, and with o.boundClaims (a
+// Campaign's claims) at most the client's request timeout. A campaign's ctx may last hours; a claim
+// whose reply a killed state server lost would otherwise hold the standby until then, however soon the
+// store was back.
+func (o *Options) requestContext(ctx context.Context, c *client.Client) (context.Context, context.CancelFunc) {
+	if !o.boundClaims {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.RequestTimeout())
 }
 
 // claimPut sends the claim's create-only put. If ctx ends before the reply, the put may still commit,

@@ -60,6 +60,9 @@ type Options struct {
 	// settleClaims makes a claim whose ctx ends while its put is out wait for the reply, and undo a
 	// claim that committed, before it returns (claimPut). Set by NewElector.
 	settleClaims bool
+	// boundClaims bounds each request of a claim by the client's request timeout, whatever ctx's
+	// deadline. Set by Campaign, whose ctx is the whole campaign's.
+	boundClaims bool
 
 	// Test hooks (export_test.go); nil in production.
 	onRenewed    func(rev uint64)    // after each successful renewal, with the new revision

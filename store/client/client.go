@@ -115,6 +115,12 @@ func (c *Client) Principal() string { return c.principal }
 // Conn returns the NATS connection the client uses.
 func (c *Client) Conn() *nats.Conn { return c.nc }
 
+// RequestTimeout returns how long a request may take when its context has no deadline
+// (WithRequestTimeout). A caller whose context lasts far longer than one request (a standby's
+// campaign, a wait) bounds each of its requests by it: a reply lost to a dropped connection never
+// comes, and would otherwise hold the caller until its context ends.
+func (c *Client) RequestTimeout() time.Duration { return c.timeout }
+
 // Finish runs request, a request that may change the store (a watch, a claim), through to its reply
 // even when ctx ends first: until the later of ctx's deadline and c's request timeout. If the reply
 // comes before ctx ends, Finish returns it. Otherwise it returns ctx.Err() itself at once, and calls late
@@ -260,7 +266,9 @@ func (c *Client) Get(ctx context.Context, namespace, key string) (wire.Entry, er
 }
 
 // Put writes one entry and returns it as stored (revision, owner, expires_at_ms). req.RequestID is
-// set by the client. ExpectedRevision nil is a blind write, 0 create-only, N > 0 compare-and-set.
+// set by the client. ExpectedRevision nil is a blind write, 0 create-only, N > 0 compare-and-set. A
+// *wire.Error means nothing was written; any other error leaves the outcome unknown (see the package
+// documentation): read the key back before writing again.
 func (c *Client) Put(ctx context.Context, req wire.PutRequest) (wire.Entry, error) {
 	req.RequestID = c.nextID()
 	res, err := c.call(ctx, wire.OpPut, req.RequestID, &req)
@@ -274,7 +282,8 @@ func (c *Client) Put(ctx context.Context, req wire.PutRequest) (wire.Entry, erro
 }
 
 // Delete removes one entry and returns the namespace revision of the delete. req.RequestID is set by
-// the client. A missing key is wire.ErrNotFound.
+// the client. A missing key is wire.ErrNotFound. As for Put, an error that is no *wire.Error leaves
+// the outcome unknown.
 func (c *Client) Delete(ctx context.Context, req wire.DeleteRequest) (uint64, error) {
 	req.RequestID = c.nextID()
 	res, err := c.call(ctx, wire.OpDelete, req.RequestID, &req)

@@ -2,9 +2,20 @@
 // over NATS.
 //
 // A Client sends one request per call on `<prefix>.state.v1.<principal>.<op>` and turns a failed
-// StateStoreResult into its *wire.Error, so callers write errors.Is(err, wire.ErrConflict). Update is
-// the reread-merge-retry loop every writer of a shared document needs: read, merge, write with
-// expected_revision, and on CONFLICT read again (never a blind write).
+// StateStoreResult into its *wire.Error, so callers write errors.Is(err, wire.ErrConflict).
+//
+// An error tells whether a write (Put, Delete) may have happened. A *wire.Error (wire.CodeOf(err) is
+// not "") is a refusal: the store answered it (SPEC section 5: a failed call changes nothing), or the
+// client did not send the request at all (no state server subscribed: UNAVAILABLE; a connection of
+// Connect that is down: UNAVAILABLE; too large for NATS: TOO_LARGE). Any other error (ctx ended, the
+// connection dropped, a reply that does not decode) means no usable reply came: the write may have
+// committed, for instance when the state server was killed after its commit and before its reply.
+// Such a write is not to be sent again blindly: read the key back first. A compare-and-set sent again
+// after such an error can find CONFLICT with its own earlier success, current_revision then being the
+// revision that write got; the entry read back shows whether the document is the one sent.
+//
+// Update is the reread-merge-retry loop every writer of a shared document needs: read, merge, write
+// with expected_revision, and on CONFLICT read again (never a blind write).
 //
 // Watch is the raw watch primitive: a snapshot, then the updates and the final close in order. Cache is
 // what most code wants instead: a watch kept gap-free. It installs the snapshot, applies updates only in

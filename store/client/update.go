@@ -15,7 +15,10 @@ const MaxUpdateAttempts = 16
 // is nil when the key is missing), calls fn with it, and puts what fn returns with expected_revision
 // set to cur's revision (0, create only, when it was missing), so the write lands only on the state fn
 // saw. On CONFLICT the round starts again from the read, up to MaxUpdateAttempts rounds; any other
-// error ends Update. It never writes blindly.
+// error ends Update. It never writes blindly. An error that is no *wire.Error (no reply came) leaves
+// the last put's outcome unknown: an Update called again then merges onto whatever the store holds,
+// which may already include that put (a merge that is not idempotent, a counter, is then applied
+// twice): read the key back to tell.
 //
 // fn must be a pure merge of cur (it may run several times) and returns the full put: Schema,
 // Document, and optionally TTLMs and Guard. Namespace and Key may be left empty (they are filled in;
