@@ -3,7 +3,9 @@ package acceptance_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -49,5 +51,52 @@ func TestTranscoderRefusesALeaseTTLOutOfRange(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "--lease-ttl") {
 			t.Fatalf("--lease-ttl %s: %v\n%s", ttl, err, out)
 		}
+	}
+}
+
+// A worker command (or the demo) given a positional argument exits 2 at once, naming it: Go's flag
+// package stops parsing at the first one, so every flag after it was ignored silently, and
+// `transcoder extra --worker-id tx-1` ran as tx-<pid> on the defaults (waiting for NATS, here).
+func TestWorkerCommandsRefusePositionalArguments(t *testing.T) {
+	commands := append(slices.Clone(workerCommands), struct {
+		name, pkg string
+		args      []string
+	}{"demo", "./examples/demo", []string{"--timeout", "1s"}})
+	for _, c := range commands {
+		t.Run(c.name, func(t *testing.T) {
+			bin := e2e.Build(t, c.pkg, c.name)
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			// No NATS server listens there: a command that took the argument would wait for one.
+			args := append([]string{"--nats-url", "nats://127.0.0.1:1", "tx-1"}, c.args...)
+			if c.name == "demo" {
+				args = append([]string{"keep"}, c.args...)
+			}
+			out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+			var ee *exec.ExitError
+			if ctx.Err() != nil || !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "unexpected argument") {
+				t.Fatalf("%s %v: %v (context: %v), want exit 2 naming the argument:\n%s", c.name, args, err, ctx.Err(), out)
+			}
+		})
+	}
+}
+
+// A CV worker whose --health-listen address cannot be listened on (another CV worker's, started by
+// hand with the defaults) exits 1 at once, naming it: it logged the error and ran on, so that its
+// health was not served, and a probe of that address read another process's.
+func TestCVWorkerRefusesAHealthAddressItCannotListenOn(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	bin := e2e.Build(t, "./examples/cvworker", "cvworker")
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	// No NATS server listens there: a worker that went on would wait for one.
+	out, err := exec.CommandContext(ctx, bin, "--nats-url", "nats://127.0.0.1:1", "--health-listen", taken.Addr().String()).CombinedOutput()
+	var ee *exec.ExitError
+	if ctx.Err() != nil || !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), taken.Addr().String()) {
+		t.Fatalf("%v (context: %v), want exit 1 naming %s:\n%s", err, ctx.Err(), taken.Addr(), out)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/keeppeek/coordination/coordinator"
@@ -74,7 +75,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usage()
 	}
 	fail := func(err error) int {
-		fmt.Fprintf(stderr, "coordinator: %v\n", err)
+		// The coordinator package's errors already say where they come from.
+		fmt.Fprintf(stderr, "coordinator: %s\n", strings.TrimPrefix(err.Error(), "coordinator: "))
 		return 1
 	}
 	printEntry := func(e wire.Entry, err error) int {

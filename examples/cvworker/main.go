@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -27,8 +28,19 @@ func main() {
 	service := flag.String("service", "cv-a", "service id: the worker reads service/<id>")
 	workerID := flag.String("worker-id", fmt.Sprintf("cv-%d", os.Getpid()), "worker id")
 	health := flag.String("health-listen", "127.0.0.1:9096", "HTTP address of /healthz (empty: none)")
-	flag.Parse()
+	internal.ParseFlags()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// Listened on first, before NATS is waited for: an address taken (another CV worker's, started
+	// with the defaults) ends the worker at once, rather than leave it running unprobed while a probe
+	// of that address reads another process's health.
+	var healthLn net.Listener
+	if *health != "" {
+		var err error
+		if healthLn, err = net.Listen("tcp", *health); err != nil {
+			logger.Error("cvworker: /healthz cannot be served", "addr", *health, "err", err)
+			os.Exit(1)
+		}
+	}
 	nc, err := conn.Dial("cvworker", internal.WaitForNATS(logger)...)
 	if err != nil {
 		logger.Error("connect", "err", err)
@@ -45,12 +57,12 @@ func main() {
 		logger.Error("cvworker", "err", err)
 		os.Exit(1)
 	}
-	if *health != "" {
+	if healthLn != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/healthz", w.Worker().HealthHandler())
-		srv := &http.Server{Addr: *health, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(healthLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				logger.Error("cvworker: /healthz not served", "addr", *health, "err", err)
 			}
 		}()

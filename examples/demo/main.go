@@ -28,6 +28,7 @@ import (
 
 	"github.com/keeppeek/coordination/capabilities/sim"
 	"github.com/keeppeek/coordination/coordinator"
+	"github.com/keeppeek/coordination/examples/internal"
 	"github.com/keeppeek/coordination/examples/internal/cv"
 	"github.com/keeppeek/coordination/examples/internal/transcode"
 	"github.com/keeppeek/coordination/examples/internal/view"
@@ -48,7 +49,7 @@ func main() {
 	keep := flag.Bool("keep", false, "leave everything running after the tour (Ctrl-C to stop)")
 	verbose := flag.Bool("v", false, "show the components' logs")
 	timeout := flag.Duration("timeout", 50*time.Second, "give up after this long")
-	flag.Parse()
+	internal.ParseFlags()
 	if err := run(*keep, *verbose, *timeout); err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		if errors.Is(err, errInterrupted) {

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -69,6 +71,19 @@ func ParseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		positional = append(positional, rest[0])
 		args = rest[1:]
+	}
+}
+
+// ParseFlags parses the command line of a command that takes flags only (a worker, the demo), and
+// exits 2 with its usage when a positional argument is given: Go's flag package stops at the first
+// one and leaves every flag after it unparsed, so `transcoder tx-1 --service cv-a` would run
+// silently as another worker of another service than the one asked for.
+func ParseFlags() {
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(flag.CommandLine.Output(), "%s: unexpected argument %q: every setting is a flag (see -h)\n", filepath.Base(flag.CommandLine.Name()), flag.Arg(0))
+		flag.Usage()
+		os.Exit(2)
 	}
 }
 

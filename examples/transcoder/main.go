@@ -29,7 +29,7 @@ func main() {
 	host, _ := os.Hostname()
 	workerID := flag.String("worker-id", fmt.Sprintf("tx-%d", os.Getpid()), "worker id ([A-Za-z0-9_-]{1,64}) on "+host)
 	ttl := flag.Duration("lease-ttl", 5*time.Second, "lease TTL: how long a standby waits after this worker dies")
-	flag.Parse()
+	internal.ParseFlags()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if *ttl < lease.MinTTL || *ttl > lease.MaxTTL {

@@ -29,7 +29,7 @@ func main() {
 	kind := flag.String("kind", "video", "media kind")
 	variant := flag.String("variant", "browser-h264-720p", "the variant to watch")
 	workerID := flag.String("worker-id", fmt.Sprintf("viewer-%d", os.Getpid()), "worker id (two viewers of one principal need two)")
-	flag.Parse()
+	internal.ParseFlags()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	nc, err := conn.Dial("viewer", internal.WaitForNATS(logger)...)
 	if err != nil {

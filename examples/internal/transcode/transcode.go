@@ -645,7 +645,7 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 		}
 		b.publicationID, b.sessionID, b.variantID, b.startedGen, b.seenGen = rep.PublicationID, src.SessionID, rep.VariantID, gen, 0
 		b.streamID, b.outputProfile, b.recordingMode = stream.StreamID, in.OutputProfile, in.RecordingMode
-		t.event("publication started", key, "%s on session %s (recording %s)", rep.VariantID, src.SessionID, in.RecordingMode)
+		t.event("publication started", key, "%s on session %s, recording %s", rep.VariantID, src.SessionID, in.RecordingMode)
 	}
 	st.PublicationID = b.publicationID
 	v, ok := stream.Variant(b.variantID)

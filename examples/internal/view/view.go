@@ -48,8 +48,13 @@ type Viewer struct {
 
 	mu         sync.Mutex
 	subs       map[string]subscription // intent key -> current subscription
-	lastStatus map[string]string       // intent key -> the last status written, to skip rewrites
+	lastStatus map[string]statusMemo   // intent key -> the last status written
 }
+
+// statusMemo is what the viewer remembers of the last status it wrote for an intent: what it said
+// (sig, to skip a rewrite that would say the same) and the variant it named (a stop reports a
+// pending intent stopped with it).
+type statusMemo struct{ sig, variantID string }
 
 // subscription is a subscription the viewer holds for an intent: its id, the session it was made
 // on, the variant the media server gave, and what the intent named when it was made (source, stream
@@ -86,7 +91,7 @@ func New(cfg Config) (*Viewer, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &Viewer{cfg: cfg, ns: "user/" + cfg.Principal, w: w, cmds: cmds, subs: map[string]subscription{}, lastStatus: map[string]string{},
+	v := &Viewer{cfg: cfg, ns: "user/" + cfg.Principal, w: w, cmds: cmds, subs: map[string]subscription{}, lastStatus: map[string]statusMemo{},
 		tracker: internal.NewTracker(cfg.Conn, cfg.Capabilities, cfg.Logger)}
 	changed, _ := v.tracker.Subscribe()
 	v.ctrl, err = reconciler.New(w.Client(), v, reconciler.Options{Namespace: v.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
@@ -104,7 +109,8 @@ func New(cfg Config) (*Viewer, error) {
 // reconciling): left behind, each restart of a viewer would add subscriptions on the media server.
 // They end all at once, each with the time its own requests take (every one bounded by its client's
 // request timeout): one deadline shared by them all would leave the last ones unsent on a slow media
-// server, and their statuses active.
+// server, and their statuses active. An intent still waiting for its variant is reported stopped
+// too: its "pending" would say that a viewer gone for good still waits.
 type ender struct{ v *Viewer }
 
 func (ender) Start(context.Context) error { return nil }
@@ -112,10 +118,25 @@ func (e ender) Stop() {
 	e.v.mu.Lock()
 	subs := e.v.subs
 	e.v.subs = map[string]subscription{}
+	waiting := map[string]string{} // intent key -> variant, of the statuses not stopped and of no subscription
+	for key, m := range e.v.lastStatus {
+		if _, ok := subs[key]; !ok && !m.stopped() {
+			waiting[key] = m.variantID
+		}
+	}
 	e.v.mu.Unlock()
 	var wg sync.WaitGroup
 	for key, s := range subs {
 		wg.Go(func() { e.v.end(context.Background(), key, s, "viewer stopping") })
+	}
+	for key, variantID := range waiting {
+		wg.Go(func() {
+			st := reconciler.ObservedStatus{SubjectKey: key, State: reconciler.StateStopped, ObservedAtMs: time.Now().UnixMilli(),
+				Message: "viewer stopping", VariantID: variantID}
+			if err := e.v.status(context.Background(), key, st); err != nil {
+				e.v.cfg.Logger.Warn("status not written", "intent", key, "err", err)
+			}
+		})
 	}
 	wg.Wait()
 }
@@ -289,13 +310,17 @@ func (v *Viewer) reported(intentKey string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	last, ok := v.lastStatus[intentKey]
-	return ok && !strings.HasPrefix(last, string(reconciler.StateStopped)+"|")
+	return ok && !last.stopped()
+}
+
+func (m statusMemo) stopped() bool {
+	return strings.HasPrefix(m.sig, string(reconciler.StateStopped)+"|")
 }
 
 func (v *Viewer) status(ctx context.Context, intentKey string, st reconciler.ObservedStatus) error {
 	sig := string(st.State) + "|" + st.SubscriptionID + "|" + st.Message
 	v.mu.Lock()
-	same := v.lastStatus[intentKey] == sig
+	same := v.lastStatus[intentKey].sig == sig
 	v.mu.Unlock()
 	if same {
 		return nil
@@ -304,7 +329,7 @@ func (v *Viewer) status(ctx context.Context, intentKey string, st reconciler.Obs
 		Schema: reconciler.ObservedStatusSchema, Document: st.Document()})
 	if err == nil {
 		v.mu.Lock()
-		v.lastStatus[intentKey] = sig
+		v.lastStatus[intentKey] = statusMemo{sig: sig, variantID: st.VariantID}
 		v.mu.Unlock()
 	}
 	return err
