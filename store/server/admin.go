@@ -129,30 +129,52 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// adminHandler serves an admin op for admin principals.
+// adminHandler serves an admin op for admin principals. Admin requests are requests like the state
+// operations': each takes one of the MaxConcurrentRequests slots (an open backup writes the whole
+// database to a file), is counted as activity, and is counted in the metrics under its op (the last
+// token of its subject, as a state operation's is) and its code.
 func (s *Server) adminHandler(op wire.Op) micro.HandlerFunc {
 	return func(req micro.Request) {
+		start := time.Now()
 		if !s.replyAllowed(req.Subject(), "admin.v1", req.Reply()) {
 			s.opts.Logger.Debug("admin request not served: its reply subject lies outside its principal's space",
 				"subject", req.Subject(), "reply", req.Reply())
+			if m := s.opts.Metrics; m != nil {
+				m.observeRequest(string(op), ReplyRefused, time.Since(start))
+			}
 			return
 		}
+		s.slots <- struct{}{} // a free slot first: past the bound, requests wait in NATS
 		go func() {
-			s.inflight.RLock()
-			defer s.inflight.RUnlock()
-			data := req.Data()
-			id := wire.RequestIDOf(data)
-			var res wire.AdminResult
-			if s.stopped {
-				res = adminError(id, wire.Errorf(wire.CodeUnavailable, "the server is stopping"))
-			} else {
-				res = s.admin(op, req.Subject(), data)
-			}
-			res.RequestID = id
-			res.Error = cutMessage(res.Error)
-			body, _ := json.Marshal(res)
-			_ = req.Respond(body)
+			defer func() { <-s.slots }()
+			s.serveAdmin(op, req, start)
 		}()
+	}
+}
+
+// serveAdmin handles the admin request req, taken off NATS at start.
+func (s *Server) serveAdmin(op wire.Op, req micro.Request, start time.Time) {
+	s.activity.Add(1)
+	s.inflight.RLock()
+	defer s.inflight.RUnlock()
+	data := req.Data()
+	id := wire.RequestIDOf(data)
+	var res wire.AdminResult
+	if s.stopped {
+		res = adminError(id, wire.Errorf(wire.CodeUnavailable, "the server is stopping"))
+	} else {
+		res = s.admin(op, req.Subject(), data)
+	}
+	res.RequestID = id
+	res.Error = cutMessage(res.Error)
+	body, _ := json.Marshal(res)
+	_ = req.Respond(body)
+	if m := s.opts.Metrics; m != nil {
+		code := "OK"
+		if res.Error != nil {
+			code = string(res.Error.Code)
+		}
+		m.observeRequest(string(op), code, time.Since(start))
 	}
 }
 

@@ -2,8 +2,10 @@ package server
 
 import (
 	"errors"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -16,14 +18,21 @@ import (
 type Metrics struct {
 	Requests       *prometheus.CounterVec
 	RequestSeconds *prometheus.HistogramVec
-	CommitSeconds  prometheus.Histogram
-	CommitBatch    prometheus.Histogram
-	CommitFailures prometheus.Counter
-	WatchClosures  *prometheus.CounterVec
-	WatchSweeps    prometheus.Counter
-	WatchesDropped prometheus.Counter
-	Heartbeats     *prometheus.CounterVec
-	BackendInfo    *prometheus.GaugeVec
+	// RequestsDropped counts, by op, the requests NATS dropped before the server took them. It is
+	// brought up to date whenever the registry is gathered (see droppedRequests).
+	RequestsDropped *prometheus.CounterVec
+	CommitSeconds   prometheus.Histogram
+	CommitBatch     prometheus.Histogram
+	CommitFailures  prometheus.Counter
+	WatchClosures   *prometheus.CounterVec
+	WatchSweeps     prometheus.Counter
+	WatchesDropped  prometheus.Counter
+	// Heartbeats counts heartbeats by outcome. The ones NATS dropped are added to "dropped" when the
+	// registry is gathered, so they may show one scrape late.
+	Heartbeats  *prometheus.CounterVec
+	BackendInfo *prometheus.GaugeVec
+
+	dropped droppedRequests // feeds RequestsDropped
 }
 
 // NewMetrics makes the metrics and registers them, with Go, process and build info collectors, on reg.
@@ -32,11 +41,14 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "state_requests_total", Help: "State API requests by op and result code (OK, a SPEC error code, NO_REPLY: the request timed out in the store, its outcome unknown, and got no reply, or REPLY_REFUSED: not served, its reply subject lay outside its principal's space).",
+			Name: "state_requests_total", Help: "Requests taken, by op (a state operation, or the admin call backup or audit_verify) and result code (OK, a SPEC error code, NO_REPLY: its time in the store ran out (the request timeout, or the server stopped), its outcome unknown, and it got no reply, or REPLY_REFUSED: not served, its reply subject lay outside its principal's space). Requests NATS dropped are in state_requests_dropped_total instead.",
 		}, []string{"op", "code"}),
 		RequestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "state_request_duration_seconds", Help: "State API request latency by op.",
+			Name: "state_request_duration_seconds", Help: "Latency of the requests of state_requests_total, by op: from the server taking the request off NATS to its reply, a wait for a free slot (past the server's MaxConcurrentRequests) or in its principal's ack and unwatch queue included.",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
+		}, []string{"op"}),
+		RequestsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "state_requests_dropped_total", Help: "Requests NATS dropped unanswered before the server took them, by op: while the server handles as many requests as it may at once (MaxConcurrentRequests, 1,024 in stated), more wait in its NATS subscription, and past that subscription's pending limits (nats.go's defaults: 500,000 messages or 64 MiB per op) NATS drops them as a slow consumer's. Their requesters time out; raise the bound or add capacity if this grows.",
 		}, []string{"op"}),
 		CommitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "state_commit_duration_seconds", Help: "Database commit latency, fsync included.",
@@ -47,7 +59,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}),
 		CommitFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "state_commit_failures_total", Help: "Commits the disk refused.",
+			Name: "state_commit_failures_total", Help: "Commits the disk refused: a database commit (its writes answered STORAGE), or a settings-backed namespace's file (that namespace's writes answered STORAGE, the rest of the batch committed without them).",
 		}),
 		WatchClosures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "state_watch_closures_total", Help: "Watches closed by the server, by reason.",
@@ -59,13 +71,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "state_watches_dropped_total", Help: "Watches dropped because no one subscribed to their delivery subject any more.",
 		}),
 		Heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "state_heartbeats_total", Help: "Heartbeats seen, by outcome (accepted; superseded: replaced, while it waited, by a newer heartbeat of its worker; refused: a new worker of a principal at max_workers_per_principal, or of a full system namespace; dropped: broke a rule, failed, or found too many workers waiting).",
+			Name: "state_heartbeats_total", Help: "Heartbeats seen, by outcome (accepted; superseded: replaced, while it waited, by a newer heartbeat of its worker; refused: a new worker of a principal at max_workers_per_principal, or of a full system namespace; dropped: broke a rule, failed, found too many workers waiting, came as the server stopped, or was dropped by NATS, past the heartbeat subscription's pending limits, before the server took it).",
 		}, []string{"outcome"}),
 		BackendInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "state_backend_info", Help: "The storage backend in use (1).",
 		}, []string{"type"}),
 	}
-	reg.MustRegister(m.Requests, m.RequestSeconds, m.CommitSeconds, m.CommitBatch, m.CommitFailures,
+	m.dropped.vec = m.RequestsDropped
+	reg.MustRegister(m.Requests, m.RequestSeconds, &m.dropped, m.CommitSeconds, m.CommitBatch, m.CommitFailures,
 		m.WatchClosures, m.WatchSweeps, m.WatchesDropped, m.Heartbeats, m.BackendInfo)
 	for _, c := range []prometheus.Collector{collectors.NewBuildInfoCollector(), collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
@@ -81,6 +94,83 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) observeRequest(op, code string, d time.Duration) {
 	m.Requests.WithLabelValues(op, code).Inc()
 	m.RequestSeconds.WithLabelValues(op).Observe(d.Seconds())
+}
+
+// droppedRequests feeds RequestsDropped (and the dropped heartbeats) from the subscriptions of the
+// server's endpoints (and heartbeats). nats.go
+// drops a message past a subscription's pending limits and reports the subscription to the
+// connection's error handler only when it starts dropping, not for each message, so the handler
+// hands the subscription over (watch) and the count is read from the subscription itself
+// (Subscription.Dropped) whenever the metrics are gathered. A subscription closed since (the server
+// stopped) keeps what was last read from it.
+type droppedRequests struct {
+	vec  *prometheus.CounterVec // collected (nil in a Metrics not made by NewMetrics)
+	mu   sync.Mutex
+	subs []*droppingSub
+}
+
+type droppingSub struct {
+	counter prometheus.Counter
+	sub     *nats.Subscription
+	seen    int // drops already counted
+}
+
+// watch adds to counter, from now on, the messages NATS drops from sub.
+func (d *droppedRequests) watch(counter prometheus.Counter, sub *nats.Subscription) {
+	d.mu.Lock()
+	known := false
+	for _, w := range d.subs {
+		known = known || w.sub == sub
+	}
+	if !known {
+		d.subs = append(d.subs, &droppingSub{counter: counter, sub: sub})
+	}
+	d.mu.Unlock()
+	d.update()
+}
+
+// update adds to the counter what the watched subscriptions dropped since the last update, and
+// forgets those that are closed.
+func (d *droppedRequests) update() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	live := d.subs[:0]
+	for _, w := range d.subs {
+		n, err := w.sub.Dropped()
+		if err != nil {
+			continue // closed: nothing more can be dropped from it
+		}
+		if n > w.seen {
+			w.counter.Add(float64(n - w.seen))
+			w.seen = n
+		}
+		live = append(live, w)
+	}
+	clear(d.subs[len(live):])
+	d.subs = live
+}
+
+func (d *droppedRequests) Describe(ch chan<- *prometheus.Desc) { d.vec.Describe(ch) }
+
+func (d *droppedRequests) Collect(ch chan<- prometheus.Metric) {
+	d.update()
+	d.vec.Collect(ch)
+}
+
+// heartbeatsDropped has Heartbeats{outcome="dropped"} count what NATS drops from sub, the
+// subscription of the heartbeats.
+func (m *Metrics) heartbeatsDropped(sub *nats.Subscription) {
+	if m.Heartbeats != nil {
+		m.dropped.watch(m.Heartbeats.WithLabelValues("dropped"), sub)
+	}
+}
+
+// requestsDropped has RequestsDropped{op} count what NATS drops from sub, the subscription of op's
+// endpoint (nothing, in a Metrics without RequestsDropped).
+func (m *Metrics) requestsDropped(op string, sub *nats.Subscription) {
+	if m.RequestsDropped != nil {
+		m.dropped.watch(m.RequestsDropped.WithLabelValues(op), sub)
+	}
 }
 
 // Committed implements store.Observer.

@@ -37,16 +37,19 @@ type Options struct {
 	Version string
 	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
-	// Metrics, when set, is updated by the server.
+	// Metrics, when set, is updated by the server. Start then wraps the NATS connection's error
+	// handler (the one set before is still called) to learn which of the server's subscriptions NATS
+	// drops requests from: set the connection's error handler before Start, not after.
 	Metrics *Metrics
 	// RequestTimeout bounds how long one request may wait on the engine. Default 30 s. A request that
 	// reaches it gets no reply: a write may still commit, so no error code would be true.
 	RequestTimeout time.Duration
-	// MaxConcurrentRequests bounds how many requests (other than acks and unwatches, which wait in
-	// bounded queues per principal and are refused RESOURCE_EXHAUSTED past them: see Server.handler)
-	// are handled at once. Default 1024, as many as one commit takes. Past it, an endpoint takes its
-	// next request only when one ends: the rest wait in NATS (which drops them, as from any slow
-	// consumer, past its pending limits) instead of each holding a goroutine and its body in stated's
+	// MaxConcurrentRequests bounds how many requests (admin calls included; other than acks and
+	// unwatches, which wait in bounded queues per principal and are refused RESOURCE_EXHAUSTED past
+	// them: see Server.handler) are handled at once. Default 1024, as many as one commit takes. Past
+	// it, an endpoint takes its next request only when one ends: the rest wait in NATS (which drops
+	// them, as from any slow consumer, past its pending limits: counted in
+	// state_requests_dropped_total) instead of each holding a goroutine and its body in stated's
 	// memory while a flood of requests waits for a slow disk.
 	MaxConcurrentRequests int
 	// BackupDir holds the files of opened admin backups (statectl backup), each removed when closed,
@@ -236,6 +239,9 @@ func (s *Server) Start() error {
 			}
 		}
 	}
+	if m := s.opts.Metrics; m != nil {
+		s.countDrops(m)
+	}
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        ServiceName,
 		Version:     s.opts.Version,
@@ -251,14 +257,14 @@ func (s *Server) Start() error {
 			return fmt.Errorf("server: endpoint %s: %w", op, err)
 		}
 	}
-	for _, op := range []wire.Op{wire.AdminBackup, wire.AdminAuditVerify} {
+	for _, op := range adminOps {
 		subject := s.opts.Prefix + ".admin.v1.*." + string(op)
 		if err := svc.AddEndpoint("admin_"+string(op), s.adminHandler(op), micro.WithEndpointSubject(subject)); err != nil {
 			_ = svc.Stop()
 			return fmt.Errorf("server: endpoint %s: %w", op, err)
 		}
 	}
-	sub, err := s.nc.Subscribe(s.opts.Prefix+".heartbeat.v1.*.*", s.onHeartbeat)
+	sub, err := s.nc.Subscribe(s.heartbeatSubject(), s.onHeartbeat)
 	if err != nil {
 		_ = svc.Stop()
 		return fmt.Errorf("server: heartbeat subscription: %w", err)
@@ -295,6 +301,54 @@ func (s *Server) Start() error {
 	}
 	return nil
 }
+
+// countDrops has the connection's error handler hand the server's subscriptions that NATS reports
+// as slow consumers to m (see droppedRequests), then call the handler set before. Requests past
+// MaxConcurrentRequests wait in the endpoints' subscriptions, and past their pending limits nats.go
+// drops them (heartbeats too, should they come faster than the handler hands them over); it tells
+// only the connection's error handler, once per subscription each time it starts dropping, and
+// names the subscription only there. It is installed before the micro service is added: the service
+// wraps the connection's handler in turn, and reports to this one what it does not handle itself.
+// The subjects are known before they are subscribed to: the handler matches the subscriptions by
+// subject.
+func (s *Server) countDrops(m *Metrics) {
+	ops := map[string]string{}
+	for _, op := range wire.Ops {
+		ops[s.opts.Prefix+".state.v1.*."+string(op)] = string(op)
+	}
+	for _, op := range adminOps {
+		ops[s.opts.Prefix+".admin.v1.*."+string(op)] = string(op)
+	}
+	heartbeats := s.heartbeatSubject()
+	prev := s.nc.ErrorHandler()
+	s.nc.SetErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrSlowConsumer) {
+			subject := subjectOf(sub)
+			if op, ok := ops[subject]; ok {
+				m.requestsDropped(op, sub)
+			} else if subject == heartbeats {
+				m.heartbeatsDropped(sub)
+			}
+		}
+		if prev != nil {
+			prev(nc, sub, err)
+		}
+	})
+}
+
+// heartbeatSubject is the subject the server takes heartbeats on.
+func (s *Server) heartbeatSubject() string { return s.opts.Prefix + ".heartbeat.v1.*.*" }
+
+// subjectOf is sub's subject ("" for none).
+func subjectOf(sub *nats.Subscription) string {
+	if sub == nil {
+		return ""
+	}
+	return sub.Subject
+}
+
+// adminOps are the admin calls the server serves.
+var adminOps = []wire.Op{wire.AdminBackup, wire.AdminAuditVerify}
 
 // probeToken stands for a principal in the subjects Start publishes on to learn whether its NATS user
 // may: it is no principal id, so no principal may subscribe to them.
@@ -342,6 +396,9 @@ func (s *Server) sweep() {
 func (s *Server) Stop(ctx context.Context) error {
 	var err error
 	s.stopOnce.Do(func() {
+		if m := s.opts.Metrics; m != nil {
+			m.dropped.update() // what NATS dropped so far: the subscriptions close below
+		}
 		if s.svc != nil {
 			err = errors.Join(err, s.svc.Stop())
 		}
@@ -396,11 +453,12 @@ func (s *Server) Stop(ctx context.Context) error {
 // order; a refused one's answer may come before those of earlier ones still waiting.
 func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 	return func(req micro.Request) {
+		start := time.Now()
 		switch op {
 		case wire.OpAck, wire.OpUnwatch:
 			toks, err := wire.SubjectTokens(req.Subject(), s.opts.Prefix, "state.v1", 2)
 			if err != nil {
-				s.serve(op, req) // INVALID_ARGUMENT, without the engine
+				s.serve(op, req, start) // INVALID_ARGUMENT, without the engine
 				return
 			}
 			if len(req.Data()) > maxQueuedRequestBytes {
@@ -410,17 +468,17 @@ func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 				if err == nil {
 					err = wire.Errorf(wire.CodeInvalidArgument, "a %s request is at most %d bytes; this one is %d", op, maxQueuedRequestBytes, len(req.Data()))
 				}
-				s.refuse(op, req, err)
+				s.refuse(op, req, start, err)
 				return
 			}
 			if _, known := s.Principal(toks[0]); !known {
 				// Answered without the engine (INVALID_ARGUMENT or PERMISSION_DENIED), and no
 				// queue is kept for a principal that only a NATS without identities lets anyone
 				// name: the queues stay as many as the configured principals.
-				s.serve(op, req)
+				s.serve(op, req, start)
 				return
 			}
-			switch s.queues.offer(toks[0], func() { s.serve(op, req) }) {
+			switch s.queues.offer(toks[0], func() { s.serve(op, req, start) }) {
 			case offerFull:
 				err := s.st.Serving() // SPEC section 5, check (0), comes first
 				if err == nil {
@@ -428,15 +486,15 @@ func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 						"principal %s has %d acks and unwatches waiting to be handled: this one was not taken; send it again once earlier ones are answered",
 						toks[0], s.queues.limit)
 				}
-				s.refuse(op, req, err)
+				s.refuse(op, req, start, err)
 			case offerClosed:
-				s.refuse(op, req, wire.Errorf(wire.CodeUnavailable, "the server is stopping"))
+				s.refuse(op, req, start, wire.Errorf(wire.CodeUnavailable, "the server is stopping"))
 			}
 		default:
 			s.slots <- struct{}{} // a free slot first: past the bound, requests wait in NATS
 			go func() {
 				defer func() { <-s.slots }()
-				s.serve(op, req)
+				s.serve(op, req, start)
 			}()
 		}
 	}
@@ -518,16 +576,15 @@ func (q *queues) close() {
 
 // refuse answers a request that was not handled with err, as serve would (reply subject checked,
 // counted), at once.
-func (s *Server) refuse(op wire.Op, req micro.Request, err error) {
-	start := time.Now()
+func (s *Server) refuse(op wire.Op, req micro.Request, start time.Time, err error) {
 	if !s.admit(op, req, start) {
 		return
 	}
 	s.respond(op, req, start, wire.ErrorResult(wire.RequestIDOf(req.Data()), err), nil)
 }
 
-func (s *Server) serve(op wire.Op, req micro.Request) {
-	start := time.Now()
+// serve handles req, taken off NATS at start (its latency is counted from then).
+func (s *Server) serve(op wire.Op, req micro.Request, start time.Time) {
 	s.activity.Add(1)
 	if !s.admit(op, req, start) {
 		return
