@@ -34,7 +34,8 @@ const maxFetchesInFlight = 4
 type TrackerOptions struct {
 	// Prefix is the subject prefix. Default DefaultPrefix ("kp").
 	Prefix string
-	// Logger logs fetch failures and installed generations. Default: discard.
+	// Logger logs fetch failures (a warning for each new failure, repeats at Debug until a fetch
+	// succeeds) and installed generations. Default: discard.
 	Logger *slog.Logger
 	// RefetchBackoff is the wait before the first retry of a fetch that failed or came back older than
 	// announced; it doubles per retry up to MaxRefetchBackoff. Default DefaultRefetchBackoff.
@@ -76,8 +77,9 @@ type TrackerOptions struct {
 // the snapshot, or brings a newer one, makes it current again, unless it was sent before a fetch that
 // found no responder: a media server that stops may answer the requests it held once it is gone
 // (a drain does), and such an answer is installed if newer but leaves the snapshot stale. A NATS
-// connection closed for good leaves it stale for good. Stale tells which view is shown; Subscribe
-// notifies both changes.
+// connection closed for good leaves it stale for good. Stale tells which view is shown, Snapshot
+// returns the view and Stale together (read apart, they may straddle a change); Subscribe notifies
+// both changes.
 //
 // Its methods are safe for concurrent use. Start it once, Stop it when done.
 type Tracker struct {
@@ -390,9 +392,10 @@ func (t *Tracker) run(ctx context.Context, first chan<- error) {
 		inFlight   int
 		pending    bool // a fetch is wanted, held back by maxFetchesInFlight
 		backoff    time.Duration
-		retry      timer // a retry with backoff
-		resync     timer // the periodic fetch
-		staleTimer timer // StaleAfter since the snapshot was last confirmed
+		retry      timer  // a retry with backoff
+		resync     timer  // the periodic fetch
+		staleTimer timer  // StaleAfter since the snapshot was last confirmed
+		failing    string // the failure last warned of, until a fetch succeeds
 	)
 	defer func() {
 		retry.stop()
@@ -477,12 +480,23 @@ func (t *Tracker) run(ctx context.Context, first chan<- error) {
 				// A fetch sent after it was answered: this one says nothing newer.
 				t.log.Debug("capabilities: an earlier fetch failed after a later one succeeded", "error", r.err)
 			case r.err != nil:
-				t.log.Warn("capabilities: fetch failed", "error", r.err)
+				// Warned of once, not at every retry: a tracker waiting for NATS or for a media
+				// server retries every few seconds, for as long as it takes.
+				if msg := r.err.Error(); msg != failing {
+					failing = msg
+					t.log.Warn("capabilities: fetch failed", "error", r.err)
+				} else {
+					t.log.Debug("capabilities: fetch failed", "error", r.err)
+				}
 				if errors.Is(r.err, nats.ErrNoResponders) {
 					goneSeq = max(goneSeq, r.seq)
 					t.markStale("no media server answers " + GetSubject(t.prefix))
 				}
 			default:
+				if failing != "" {
+					failing = ""
+					t.log.Info("capabilities: fetched again", "generation", r.caps.Generation)
+				}
 				gen = r.caps.Generation
 				newestOK = max(newestOK, r.seq)
 				// An answer to a fetch sent before one found nobody answering (a media server that
@@ -541,6 +555,11 @@ func (t *Tracker) hasSnapshot() bool {
 func (t *Tracker) fetch(ctx context.Context) (*ServerCapabilities, error) {
 	if t.nc.IsClosed() {
 		return nil, nats.ErrConnectionClosed
+	}
+	if !t.nc.IsConnected() {
+		// Said plainly: without a reconnect buffer (store/client.Connect) nats.go would report an
+		// "outbound buffer limit exceeded". The reconnect makes the tracker fetch at once.
+		return nil, fmt.Errorf("capabilities: fetch %s: NATS not connected: %w", GetSubject(t.prefix), nats.ErrConnectionReconnecting)
 	}
 	rctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
@@ -685,7 +704,8 @@ func (t *Tracker) publishLocked() {
 // caps.v1.get, or none confirmed the snapshot for StaleAfter. Current, Resolve and the waits then show
 // it with every source offline (see Tracker). False before the first snapshot and once a fetch
 // confirms it again; true for good once the NATS connection is closed; a tracker stopped by Stop
-// keeps what it last reported.
+// keeps what it last reported. To act on the capabilities and their staleness together, read both
+// with Snapshot: a Current read before or after Stale may show the other state.
 func (t *Tracker) Stale() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -693,15 +713,28 @@ func (t *Tracker) Stale() bool {
 }
 
 // Current returns a copy of the latest capabilities, with every source offline while they are stale
-// (see Stale); the zero value (Generation 0, no sources) before the first snapshot.
+// (see Stale); the zero value (Generation 0, no sources) before the first snapshot. A caller that
+// also needs to know whether they are stale reads both with Snapshot.
 func (t *Tracker) Current() ServerCapabilities {
+	caps, _ := t.Snapshot()
+	return caps
+}
+
+// Snapshot returns what Current and Stale return, read together: a copy of the latest capabilities
+// (every source offline while they are stale) and whether they are stale. Read one after the other,
+// the two can straddle a change: a stale view (its sources offline) paired with false when a fetch
+// confirmed the snapshot in between, or the current view paired with true. A reconciler that keeps
+// what it holds while the capabilities are stale, and ends what they show gone otherwise, would then
+// end a subscription or a publication that is still there. Before the first snapshot it returns the
+// zero value and false.
+func (t *Tracker) Snapshot() (caps ServerCapabilities, stale bool) {
 	t.mu.Lock()
-	c := t.view
+	c, stale := t.view, t.stale
 	t.mu.Unlock()
 	if c == nil {
-		return ServerCapabilities{}
+		return ServerCapabilities{}, stale
 	}
-	return c.Clone()
+	return c.Clone(), stale
 }
 
 // Generation returns the generation of the latest capabilities, stale or not; 0 before the first

@@ -331,10 +331,23 @@ func (w *Worker) HealthHandler() http.Handler {
 	})
 }
 
-// heartbeat publishes one heartbeat with the current status and leases.
+// errNotConnected is heartbeat's error while the NATS connection is down.
+var errNotConnected = errors.New("NATS not connected")
+
+// heartbeat publishes one heartbeat with the current status and leases. While the NATS connection is
+// down it sends nothing and returns errNotConnected: a connection made by client.Connect has no
+// reconnect buffer, so the publish would fail anyway (with nats.go's "outbound buffer limit
+// exceeded", which says nothing to a reader), and on one with a buffer an old heartbeat delivered
+// at the reconnect tells nothing the first one after it does not (Run sends one at once).
 func (w *Worker) heartbeat() error {
 	w.hbMu.Lock()
 	defer w.hbMu.Unlock()
+	if !w.opts.Conn.IsConnected() {
+		w.mu.Lock()
+		w.lastErr = errNotConnected
+		w.mu.Unlock()
+		return errNotConnected
+	}
 	w.mu.Lock()
 	w.sequence++
 	hb := wire.Heartbeat{WorkerID: w.opts.WorkerID, Service: w.opts.Service, Sequence: w.sequence,
@@ -389,7 +402,9 @@ func (w *Worker) cutLeases(hb wire.Heartbeat, size int) []byte {
 // stops gracefully: heartbeat draining, stop goroutines and components in reverse order
 // (they release their leases), heartbeat stopping. It returns the first error. Heartbeats go out every
 // interval from the start to the end, "starting" while components start (however long that takes)
-// and "draining" while they stop, so the worker's entry never expires while it runs. A stop that
+// and "draining" while they stop, so the worker's entry never expires while it runs. While NATS is
+// unreachable none is sent (a warning says so once per outage, not at every interval), and the
+// first goes out as soon as the connection is back. A stop that
 // takes longer than StopTimeout makes Run return with an error while the components' Stop calls go
 // on (they are made once StopTimeout has passed even if an owned goroutine has not returned); the
 // last heartbeat then still lists the leases they hold, which expire with their TTL if Stop never
@@ -439,6 +454,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.opts.Conn.IsClosed() {
 		return errConnClosed
 	}
+	// A reconnect sends a heartbeat at once: the worker's entry may have expired while NATS was away.
+	reconnected := w.opts.Conn.StatusChanged(nats.CONNECTED)
+	defer w.opts.Conn.RemoveStatusListener(reconnected)
 	_ = w.heartbeat()
 	hbCtx, hbStop := context.WithCancel(context.Background())
 	hbDone := make(chan struct{})
@@ -446,17 +464,36 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer close(hbDone)
 		ticker := time.NewTicker(w.opts.HeartbeatInterval)
 		defer ticker.Stop()
+		// A heartbeat that cannot be sent is warned of once, not at every interval: a worker waiting
+		// for NATS (started before it, or cut off) would bury NATS's own reports under one warning
+		// per heartbeat. The next failure for another reason is warned of too, and the first
+		// heartbeat sent again is told.
+		var failing string
 		for {
 			select {
 			case <-hbCtx.Done():
 				return
 			case <-ticker.C:
 			case <-w.kick:
+			case _, ok := <-reconnected:
+				if !ok {
+					reconnected = nil
+					continue
+				}
 			}
 			before := w.opts.Conn.LastError()
 			if err := w.heartbeat(); err != nil {
-				log.Warn("heartbeat not sent", "err", err)
+				if err.Error() != failing {
+					failing = err.Error()
+					log.Warn("heartbeat not sent", "err", err)
+				} else {
+					log.Debug("heartbeat not sent", "err", err)
+				}
 				continue
+			}
+			if failing != "" {
+				failing = ""
+				log.Info("heartbeats sent again")
 			}
 			w.verifyHeartbeat(hbCtx, before)
 		}

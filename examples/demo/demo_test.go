@@ -247,3 +247,19 @@ func startDemo(t *testing.T, ctx context.Context, bin string, args ...string) (*
 	}()
 	return cmd, pr, exited
 }
+
+// A --timeout of 0 or below is a usage error (exit 2, naming the flag), as a positional argument is:
+// the tour cannot complete in no time. The demo took it, and said only "stated did not start:
+// context deadline exceeded", exit 1, as if stated had failed.
+func TestDemoRefusesATimeoutThatIsNotPositive(t *testing.T) {
+	bin := e2e.Build(t, "./examples/demo", "demo")
+	for _, timeout := range []string{"0", "0s", "-5s"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, bin, "--timeout="+timeout).CombinedOutput()
+		cancel()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "--timeout") || strings.Contains(string(out), "stated") {
+			t.Fatalf("--timeout %s: %v, want exit 2 naming the flag:\n%s", timeout, err, out)
+		}
+	}
+}

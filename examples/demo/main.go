@@ -48,8 +48,15 @@ const (
 func main() {
 	keep := flag.Bool("keep", false, "leave everything running after the tour (Ctrl-C to stop)")
 	verbose := flag.Bool("v", false, "show the components' logs")
-	timeout := flag.Duration("timeout", 50*time.Second, "give up after this long")
+	timeout := flag.Duration("timeout", 50*time.Second, "give up after this long (positive)")
 	internal.ParseFlags()
+	if *timeout <= 0 {
+		// Bad usage, as a positional argument is: taken, it would end the tour before stated started
+		// and blame stated for it.
+		fmt.Fprintf(flag.CommandLine.Output(), "demo: --timeout %v: must be positive\n", *timeout)
+		flag.Usage()
+		os.Exit(2)
+	}
 	if err := run(*keep, *verbose, *timeout); err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		if errors.Is(err, errInterrupted) {

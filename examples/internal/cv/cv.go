@@ -225,7 +225,10 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	if !ok || err != nil || !in.Desired || model == "" {
 		return reconciler.Result{}, nil
 	}
-	caps := c.tracker.Current()
+	// The view and its staleness are read together: read apart, a confirmation landing in between
+	// would pair the stale view (every source offline) with "not stale", and the running
+	// subscription would be ended as gone.
+	caps, stale := c.tracker.Snapshot()
 	src, srcOK := caps.Source(in.SourceID)
 	stream, _ := src.StreamByKind(in.MediaKind)
 	if in.StreamID != "" { // the intent names its stream: that one, not the first of its kind
@@ -239,7 +242,7 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		ctx, cancel = j.lease.Context(ctx)
 		defer cancel()
 	}
-	if j != nil && j.subscriptionID != "" && c.tracker.Stale() {
+	if j != nil && j.subscriptionID != "" && stale {
 		// The media server does not answer: what it has is unknown, not gone. Silent for a while and
 		// back with the same session, it still has the subscription; forgotten now (an unsubscribe
 		// that reaches nobody), it would be made a second time and the first left on the media

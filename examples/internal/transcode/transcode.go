@@ -54,7 +54,11 @@ type Config struct {
 	Events func(Event)
 }
 
-// Event is a step of the flow.
+// Event is a step of the flow. "standby" (the intent's lease is another worker's) and "invalid" (the
+// intent cannot be served) are states an intent is found in again at every reconcile (every
+// capability change, every resync): each is told when the intent enters it, and again only after
+// another step of the intent, or with another detail. "status" is told for each status written; its
+// detail is the state, then the message if there is one.
 type Event struct {
 	WorkerID string
 	Kind     string // "lease claimed", "standby", "publication started", "publication stopped", "publication gone", "capability ready", "status", "stopped", "invalid"
@@ -77,6 +81,7 @@ type Transcoder struct {
 	lastStatus map[string]statusMemo // intent key -> the last status this worker wrote
 	outputs    map[string]output     // intent key -> the output this worker last saw it want published
 	settled    map[string]uint64     // intent key -> the revision of the unwanted intent nothing is left to stop for
+	told       map[string]string     // intent key -> kind and detail of its last event told, but "status" and "capability ready"
 }
 
 // output is an actual output an intent asked for: its lease and its variant.
@@ -139,7 +144,7 @@ func New(cfg Config) (*Transcoder, error) {
 	t := &Transcoder{cfg: cfg, ns: "service/" + cfg.Service, w: w, cmds: cmds,
 		tracker:    internal.NewTracker(cfg.Conn, cfg.Capabilities, cfg.Logger),
 		leaseFired: make(chan struct{}, 1), held: map[string]*binding{}, lastStatus: map[string]statusMemo{},
-		outputs: map[string]output{}, settled: map[string]uint64{}}
+		outputs: map[string]output{}, settled: map[string]uint64{}, told: map[string]string{}}
 	capsChanged, _ := t.tracker.Subscribe()
 	t.ctrl, err = reconciler.New(w.Client(), t, reconciler.Options{Namespace: t.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
 		Triggers: []<-chan struct{}{capsChanged, t.leaseFired}, ResyncEvery: 10 * time.Second, Logger: cfg.Logger})
@@ -172,8 +177,19 @@ func (t *Transcoder) Holds() []string {
 	return out
 }
 
+// event tells a step of the flow, unless it is a state the intent was last told in (see Event).
 func (t *Transcoder) event(kind, intent, format string, args ...any) {
-	t.cfg.Events(Event{WorkerID: t.cfg.WorkerID, Kind: kind, Intent: intent, Detail: fmt.Sprintf(format, args...)})
+	detail := fmt.Sprintf(format, args...)
+	if kind != "status" && kind != "capability ready" { // reports of a write: each says something new
+		t.mu.Lock()
+		again := t.told[intent] == kind+"|"+detail
+		t.told[intent] = kind + "|" + detail
+		t.mu.Unlock()
+		if again && (kind == "standby" || kind == "invalid") {
+			return
+		}
+	}
+	t.cfg.Events(Event{WorkerID: t.cfg.WorkerID, Kind: kind, Intent: intent, Detail: detail})
 }
 
 // leaseWatch re-enqueues every intent when a lease of the service is deleted or expires, so a standby
@@ -319,6 +335,7 @@ func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (rec
 		if !ok { // deleted: nothing more will be written for it
 			t.mu.Lock()
 			delete(t.lastStatus, req.Key)
+			delete(t.told, req.Key)
 			t.mu.Unlock()
 		}
 		if err != nil {
@@ -744,7 +761,11 @@ func (t *Transcoder) putStatus(ctx context.Context, b *binding, key string, st r
 	if st.State == reconciler.StateActive {
 		t.event("capability ready", key, "%s READY, published by %s", st.VariantID, t.cfg.Principal)
 	}
-	t.event("status", key, "%s %s", st.State, st.Message)
+	if st.Message == "" {
+		t.event("status", key, "%s", st.State)
+	} else {
+		t.event("status", key, "%s %s", st.State, st.Message)
+	}
 }
 
 // statusSig is what a status document says, without when: two documents with one sig say the same.

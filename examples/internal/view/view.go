@@ -230,7 +230,10 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		}
 		return reconciler.Result{}, nil
 	}
-	caps := v.tracker.Current()
+	// The view and its staleness are read together: read apart, a confirmation landing in between
+	// would pair the stale view (every source offline) with "not stale", and the live subscription
+	// would be ended as gone.
+	caps, stale := v.tracker.Snapshot()
 	src, srcOK := caps.Source(in.SourceID)
 	status := reconciler.ObservedStatus{SubjectKey: req.Key, ObservedAtMs: time.Now().UnixMilli(), VariantID: in.VariantID}
 	stream, ok := src.StreamByKind(in.MediaKind)
@@ -246,7 +249,7 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	}
 	online := srcOK && src.Online
 	live := online && ok && vok && variant.State == capabilities.StateReady
-	if subscribed && v.tracker.Stale() {
+	if subscribed && stale {
 		// The media server does not answer: what it has is unknown, not gone. Silent for a while and
 		// back with the same session, it still has the subscription; forgotten now (an unsubscribe
 		// that reaches nobody), it would be made a second time and the first left on the media server
