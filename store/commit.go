@@ -17,6 +17,7 @@ const (
 	mutDelete
 	mutTouch   // push a lease deadline forward without a revision (heartbeat keepalive)
 	mutBarrier // no change: run a batch, so every lease already due is expired
+	mutReload  // serve what changed in every settings file (ReloadSettings)
 )
 
 // mutation is one queued write. Its fields are checked for shape, policy, TTL, size and schema before
@@ -42,6 +43,7 @@ type mutation struct {
 type mutResult struct {
 	entry    *wire.Entry
 	revision uint64
+	changes  []SettingsChange // a reload's
 	err      error
 }
 
@@ -232,6 +234,8 @@ type stage struct {
 	dbTot  int64
 	liveNS int64
 	ops    []stagedOp
+	// reloads are the settings files the batch read, staged first (see stageReloads).
+	reloads map[string]*settingsReload
 }
 
 func newStage(s *Store, now int64) *stage {
@@ -463,6 +467,10 @@ func (s *Store) runBatch(muts []*mutation) error {
 		}
 		return err
 	}
+	// The settings files the batch writes (or reloads), read before anything is staged: a file edited
+	// by hand since the store last read or wrote it is served first, so that the batch's writes are
+	// checked against what it holds and its Save does not overwrite the edit.
+	reloads := s.readSettingsChanges(muts)
 	now := s.nowMs()
 	s.mu.Lock()
 	var due []deadline
@@ -481,16 +489,19 @@ func (s *Store) runBatch(muts []*mutation) error {
 		s.expiring[d.ns] = true
 	}
 	s.mu.Unlock()
+	rereads := 0
 	for {
 		st := newStage(s, now)
 		for _, d := range due {
 			st.stageExpire(d)
 		}
+		st.stageReloads(reloads)
 		results := make([]mutResult, len(muts))
 		for i, m := range muts {
 			results[i] = st.stage(m)
 		}
 		if len(st.ops) == 0 {
+			s.logReloads(reloads, false)
 			s.finishBatch(muts, results, len(due) > 0)
 			return nil
 		}
@@ -499,10 +510,21 @@ func (s *Store) runBatch(muts []*mutation) error {
 		if err == nil {
 			s.opts.Observer.Committed(len(st.ops), time.Since(start))
 			s.apply(st)
+			s.logReloads(reloads, true)
 			s.finishBatch(muts, results, false)
 			return nil
 		}
 		var se *settingsSaveError
+		if errors.As(err, &se) && errors.Is(err, ErrSettingsChanged) && !errors.Is(err, errCommitUncertain) &&
+			rereads < maxSettingsRereads && reloads[se.ns] != nil {
+			// The file was edited between the batch's read and its Save, which wrote nothing: it is
+			// read again, and the batch staged again against what it holds.
+			rereads++
+			s.opts.Logger.Info("a settings file changed while the store wrote it: read again", "namespace", se.ns)
+			s.readSettingsFile(se.ns, reloads[se.ns])
+			afterSettingsRead()
+			continue
+		}
 		if errors.As(err, &se) && !errors.Is(err, errCommitUncertain) {
 			// One settings-backed namespace's file refused the write (and is as it was) while the
 			// database was not even tried: that namespace's writes answer STORAGE, and the rest of
@@ -516,7 +538,7 @@ func (s *Store) runBatch(muts []*mutation) error {
 			rest := muts[:0:0]
 			for i, m := range muts {
 				if m.ns == se.ns {
-					m.done <- s.failedAnswer(m, results[i], due, now, serr)
+					m.done <- s.failedAnswer(m, results[i], due, reloads, now, serr)
 				} else {
 					rest = append(rest, m)
 				}
@@ -524,9 +546,14 @@ func (s *Store) runBatch(muts []*mutation) error {
 			muts = rest
 			continue
 		}
-		return s.failBatch(muts, results, due, now, err)
+		s.logReloads(reloads, false)
+		return s.failBatch(muts, results, due, reloads, now, err)
 	}
 }
+
+// maxSettingsRereads bounds how often a batch reads a settings file again because it changed while
+// the batch wrote it; a file that keeps changing fails the batch's writes to it (STORAGE).
+const maxSettingsRereads = 3
 
 // finishBatch answers a batch that committed (or had nothing to commit); dueOnly says it staged no
 // change although leases were due (all of them stale), so the namespaces they named are no longer
@@ -545,7 +572,7 @@ func (s *Store) finishBatch(muts []*mutation, results []mutResult, dueOnly bool)
 
 // failBatch answers a batch whose commit failed with err and leaves memory as it was; the due
 // expiries go back to the heap for the next batch.
-func (s *Store) failBatch(muts []*mutation, results []mutResult, due []deadline, now int64, err error) error {
+func (s *Store) failBatch(muts []*mutation, results []mutResult, due []deadline, reloads map[string]*settingsReload, now int64, err error) error {
 	s.opts.Observer.CommitFailed()
 	s.mu.Lock()
 	for _, d := range due {
@@ -569,14 +596,23 @@ func (s *Store) failBatch(muts []*mutation, results []mutResult, due []deadline,
 	}
 	serr := wire.Errorf(wire.CodeStorage, "commit failed: %v", err)
 	for i, m := range muts {
-		m.done <- s.failedAnswer(m, results[i], due, now, serr)
+		m.done <- s.failedAnswer(m, results[i], due, reloads, now, serr)
 	}
 	return err
 }
 
 // stage checks m against the state staged so far and, when it passes, stages it.
 func (st *stage) stage(m *mutation) (r mutResult) {
+	if m.kind == mutPut || m.kind == mutDelete {
+		// Its namespace's settings file does not load: the write cannot be checked against what
+		// the file holds, and its Save would overwrite it.
+		if err := st.reloadError(m.ns); err != nil {
+			return mutResult{err: err}
+		}
+	}
 	switch m.kind {
+	case mutReload:
+		r = st.stageReload()
 	case mutPut:
 		r.entry, r.err = st.stagePut(m)
 	case mutDelete:
@@ -589,10 +625,11 @@ func (st *stage) stage(m *mutation) (r mutResult) {
 
 // failedAnswer is the answer of m when its batch's commit failed. A mutation that passed its checks
 // answers STORAGE. One that failed them was checked against changes that never committed, so it is
-// checked again against the committed state (with the due expiries, which the next batch retries): if
-// it still fails, that error is its answer (SPEC section 5: the first failing check answers); if it
-// would have passed, it too answers STORAGE.
-func (s *Store) failedAnswer(m *mutation, r mutResult, due []deadline, now int64, serr error) mutResult {
+// checked again against the committed state (with the due expiries, which the next batch retries, and
+// the changes found in the settings files the batch read): if it still fails, that error is its
+// answer (SPEC section 5: the first failing check answers); if it would have passed, it too answers
+// STORAGE.
+func (s *Store) failedAnswer(m *mutation, r mutResult, due []deadline, reloads map[string]*settingsReload, now int64, serr error) mutResult {
 	if r.err == nil {
 		return mutResult{err: serr}
 	}
@@ -600,6 +637,7 @@ func (s *Store) failedAnswer(m *mutation, r mutResult, due []deadline, now int64
 	for _, d := range due {
 		st.stageExpire(d)
 	}
+	st.stageReloads(reloads)
 	if again := st.stage(m); again.err != nil {
 		return mutResult{err: again.err}
 	}
@@ -675,7 +713,12 @@ func (s *Store) saveSettings(st *stage) (map[string]SettingsState, error) {
 		if !n.settings || !n.touched {
 			continue
 		}
+		// What the file held: as the batch read it (every namespace a batch writes is read first,
+		// see readSettingsChanges), else as memory serves it.
 		prev := s.settingsState(ns, nil)
+		if r := st.reloads[ns]; r != nil && r.read != nil {
+			prev = r.read.state
+		}
 		next := s.settingsState(ns, st)
 		next.Revision = n.revision
 		sb := s.opts.Settings[ns]
@@ -683,7 +726,7 @@ func (s *Store) saveSettings(st *stage) (map[string]SettingsState, error) {
 			if errors.Is(err, ErrSettingsNotWritten) {
 				return saved, &settingsSaveError{ns: ns, err: err}
 			}
-			if cur, lerr := sb.Load(); lerr != nil || cur.Revision != prev.Revision {
+			if cur, lerr := sb.Load(); lerr != nil || !sameSettingsState(cur, prev) {
 				saved[ns] = prev
 			}
 			return saved, &settingsSaveError{ns: ns, err: err}

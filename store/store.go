@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,8 +65,8 @@ type Store struct {
 // that cannot be opened or fails validation gives an unavailable Store with the reason, never a panic
 // and never partial service. The file of a creation cut short (a first start killed while it built
 // the database beside path) is removed once the database is open, never one another store is still
-// building. Settings-backed namespaces are read here, and only here: see SettingsBackend for how an
-// edit made to their files while the store was stopped is served.
+// building. Settings-backed namespaces are read here (and again by ReloadSettings and before every
+// write to them): see SettingsBackend for how an edit made to their files is served.
 func Open(path string, opts Options) (*Store, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -163,37 +165,15 @@ func (s *Store) replay(ld *loaded) (map[string]uint64, error) {
 // them, and returns the file's revision; reconcileSettings then renumbers what changed outside the
 // store.
 func (s *Store) loadSettings(ns string, sb SettingsBackend) (uint64, error) {
-	st, err := sb.Load()
+	rd, err := s.readSettings(ns, sb)
 	if err != nil {
-		return 0, fmt.Errorf("settings namespace %s: %w", ns, err)
+		return 0, err
 	}
 	sp := s.space(ns)
 	sp.settings = true
-	sp.revision = max(sp.revision, st.Revision) // the database's floor
-	if int64(len(st.Entries)) > s.opts.Bounds.MaxEntriesPerNamespace {
-		return 0, fmt.Errorf("settings namespace %s holds %d entries, over max_entries_per_namespace", ns, len(st.Entries))
-	}
-	for i := range st.Entries {
-		e := st.Entries[i]
-		e.Namespace = ns
-		if !wire.ValidKey(e.Key) || sp.get(e.Key) != nil {
-			return 0, fmt.Errorf("settings namespace %s: invalid or duplicate key %q", ns, e.Key)
-		}
-		if !wire.ValidPrincipalID(e.Owner) {
-			return 0, fmt.Errorf("settings namespace %s: entry %s has an invalid owner %q", ns, e.Key, e.Owner)
-		}
-		if e.Revision < 1 || e.Revision > st.Revision {
-			return 0, fmt.Errorf("settings namespace %s: entry %s has revision %d, namespace is at %d", ns, e.Key, e.Revision, st.Revision)
-		}
-		doc, err := wire.CompactDocument(e.Document)
-		if err != nil || int64(len(doc)) > s.opts.Bounds.MaxDocumentBytes {
-			return 0, fmt.Errorf("settings namespace %s: entry %s has an invalid document", ns, e.Key)
-		}
-		if err := s.schemas.Validate(e.Schema, ns, doc); err != nil {
-			return 0, fmt.Errorf("settings namespace %s: entry %s: %v", ns, e.Key, err)
-		}
-		e.Document, e.TTLMs, e.ExpiresAtMs = doc, 0, 0
-		s.index(sp, &e)
+	sp.revision = max(sp.revision, rd.state.Revision) // the database's floor
+	for _, e := range rd.entries {
+		s.index(sp, e)
 	}
 	if s.totalBytes > s.opts.Bounds.MaxTotalValueBytes {
 		return 0, fmt.Errorf("settings namespace %s: total bytes over max_total_value_bytes", ns)
@@ -203,7 +183,55 @@ func (s *Store) loadSettings(ns string, sb SettingsBackend) (uint64, error) {
 	if s.liveNamespaces > s.opts.Bounds.MaxNamespaces {
 		return 0, fmt.Errorf("settings namespace %s: %d namespaces hold entries, over max_namespaces %d", ns, s.liveNamespaces, s.opts.Bounds.MaxNamespaces)
 	}
-	return st.Revision, nil
+	return rd.state.Revision, nil
+}
+
+// settingsRead is a settings-backed namespace's file as its backend's Load gave it (state) and its
+// entries as the store serves them (checked, documents compacted, no lease, in key order).
+type settingsRead struct {
+	state   SettingsState
+	entries []*wire.Entry
+}
+
+// readSettings loads a settings-backed namespace's file and checks it as Open serves it: at most
+// max_entries_per_namespace entries, each with a valid and unique key, a valid owner, a revision from
+// 1 to the file's, a JSON object document within max_document_bytes that passes its schema. It
+// touches no memory: a reload that finds the file invalid changes nothing.
+func (s *Store) readSettings(ns string, sb SettingsBackend) (*settingsRead, error) {
+	st, err := sb.Load()
+	if err != nil {
+		return nil, fmt.Errorf("settings namespace %s: %w", ns, err)
+	}
+	if int64(len(st.Entries)) > s.opts.Bounds.MaxEntriesPerNamespace {
+		return nil, fmt.Errorf("settings namespace %s holds %d entries, over max_entries_per_namespace", ns, len(st.Entries))
+	}
+	rd := &settingsRead{state: st, entries: make([]*wire.Entry, 0, len(st.Entries))}
+	seen := make(map[string]bool, len(st.Entries))
+	for i := range st.Entries {
+		e := st.Entries[i]
+		e.Namespace = ns
+		if !wire.ValidKey(e.Key) || seen[e.Key] {
+			return nil, fmt.Errorf("settings namespace %s: invalid or duplicate key %q", ns, e.Key)
+		}
+		seen[e.Key] = true
+		if !wire.ValidPrincipalID(e.Owner) {
+			return nil, fmt.Errorf("settings namespace %s: entry %s has an invalid owner %q", ns, e.Key, e.Owner)
+		}
+		if e.Revision < 1 || e.Revision > st.Revision {
+			return nil, fmt.Errorf("settings namespace %s: entry %s has revision %d, namespace is at %d", ns, e.Key, e.Revision, st.Revision)
+		}
+		doc, err := wire.CompactDocument(e.Document)
+		if err != nil || int64(len(doc)) > s.opts.Bounds.MaxDocumentBytes {
+			return nil, fmt.Errorf("settings namespace %s: entry %s has an invalid document", ns, e.Key)
+		}
+		if err := s.schemas.Validate(e.Schema, ns, doc); err != nil {
+			return nil, fmt.Errorf("settings namespace %s: entry %s: %v", ns, e.Key, err)
+		}
+		e.Document, e.TTLMs, e.ExpiresAtMs = doc, 0, 0
+		rd.entries = append(rd.entries, &e)
+	}
+	slices.SortFunc(rd.entries, func(a, b *wire.Entry) int { return strings.Compare(a.Key, b.Key) })
+	return rd, nil
 }
 
 // space returns the namespace's memory state, creating it. Callers hold mu or run before serving.

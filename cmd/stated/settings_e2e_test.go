@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/keeppeek/coordination/internal/e2e"
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -78,5 +80,83 @@ func TestE2EStartCleansUpAndNamesIneffectiveKeys(t *testing.T) {
 	waitForLog(t, s.Logs, "removed a stale temporary file")
 	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the stale temporary file is still there (%v)\n%s", err, s.Logs())
+	}
+}
+
+// TestE2ESighupReloadsSettings: an operator edits a settings-backed namespace's section while stated
+// runs and sends SIGHUP. stated used to reload principals only: clients and watchers kept the old
+// entry until a restart. The edited entry now reaches the watch as an ordinary PUT at a new
+// revision, the entry left alone keeps its revision, a compare-and-set against the entry as it was
+// fails CONFLICT, and the log names the change. A file whose settings section does not load (an
+// entry that fails its schema) is refused whole, as a malformed file is: nothing changes, a
+// principal added in the same edit cannot log in, and the next good SIGHUP is the watch's next update.
+func TestE2ESighupReloadsSettings(t *testing.T) {
+	const ns = "service/mqtt-bridge"
+	s, ctx := startWith(t, "[state_store.settings.\""+ns+"\"]\n")
+	c := goClient(t, s, "coordinator")
+	putLease(t, ctx, c, ns, "bridge/config", "w1")
+	putLease(t, ctx, c, ns, "bridge/other", "w2")
+	w := openWatch(t, c, "w", ns, "")
+
+	edit := func(from, to string) {
+		t.Helper()
+		raw, err := os.ReadFile(s.ConfigPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(raw), from) {
+			t.Fatalf("the configuration file holds no %q:\n%s", from, raw)
+		}
+		if err := os.WriteFile(s.ConfigPath, []byte(strings.Replace(string(raw), from, to, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit(`w1`, `w9`) // bridge/config's holder, its revision (1) kept
+	s.Reload()
+	m := nextWatchMessage(t, w)
+	if m.Kind != wire.UpdatePut || m.WatchSequence != 1 || m.Key != "bridge/config" || m.Revision != 3 ||
+		m.Entry == nil || !strings.Contains(string(m.Entry.Document), `"w9"`) {
+		t.Fatalf("the watch after the SIGHUP: %+v, want the PUT of the edited bridge/config at revision 3", m)
+	}
+	waitForLog(t, s.Logs, "SIGHUP: settings reloaded")
+	if !strings.Contains(s.Logs(), "bridge/config") {
+		t.Fatalf("the log does not name the entry the SIGHUP changed:\n%s", s.Logs())
+	}
+	coord, _ := conn(t, s, "coordinator")
+	if r := request(t, coord, "coordinator", wire.OpGet, `{"namespace":"`+ns+`","key":"bridge/other"}`); !r.OK || r.Entry.Revision != 2 {
+		t.Fatalf("bridge/other, not edited, after the SIGHUP: %+v, want revision 2", r)
+	}
+	cas := `{"namespace":"` + ns + `","key":"bridge/config","schema":"keeppeek.lease.v1","expected_revision":1,"document":` + leaseDoc + `}`
+	if r := request(t, coord, "coordinator", wire.OpPut, cas); r.OK || r.Error.Code != wire.CodeConflict || r.Error.CurrentRevision == nil || *r.Error.CurrentRevision != 3 {
+		t.Fatalf("a compare-and-set against bridge/config as it was before the edit: %+v, want CONFLICT at 3", r)
+	}
+
+	// A settings entry that fails its schema, and a new principal: refused whole.
+	good, err := os.ReadFile(s.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(`w2`, `not a worker id!`)
+	edit("[[principals]]", "[[principals]]\nid = \"carol\"\npassword = \"carol-pw\"\n\n[[principals]]")
+	s.Reload()
+	waitForLog(t, s.Logs, "SIGHUP: configuration not reloaded")
+	if !strings.Contains(s.Logs(), "bridge/other") {
+		t.Fatalf("the refusal does not name the entry at fault:\n%s", s.Logs())
+	}
+	if nc, err := nats.Connect(s.URL(), nats.UserInfo("carol", "carol-pw")); err == nil {
+		nc.Close()
+		t.Fatal("a principal of a refused SIGHUP can log in")
+	}
+	if r := request(t, coord, "coordinator", wire.OpGet, `{"namespace":"`+ns+`","key":"bridge/other"}`); !r.OK || r.Entry.Revision != 2 || !strings.Contains(string(r.Entry.Document), `"w2"`) {
+		t.Fatalf("bridge/other after the refused SIGHUP: %+v, want it unchanged at 2", r)
+	}
+	if err := os.WriteFile(s.ConfigPath, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	edit(`w2`, `w8`)
+	s.Reload()
+	m = nextWatchMessage(t, w)
+	if m.Kind != wire.UpdatePut || m.WatchSequence != 2 || m.Key != "bridge/other" || m.Revision != 4 {
+		t.Fatalf("the watch after the good SIGHUP: %+v, want the PUT of bridge/other at revision 4, its second update", m)
 	}
 }

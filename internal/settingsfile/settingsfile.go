@@ -20,8 +20,10 @@
 // This package reads and writes the section as it stands; it does not judge the
 // revisions. An operator who edits an entry by hand need not raise them: the
 // store (package store) records what it served from the file and, at its next
-// start, serves an entry whose content changed at a new revision, however the
-// file numbers it.
+// start, at a reload (stated's SIGHUP) or before its next write to the
+// namespace, serves an entry whose content changed at a new revision, however
+// the file numbers it. SaveIf writes only over the section as the caller read
+// it, so that such an edit is never overwritten by a write that did not see it.
 //
 // Save rewrites the whole file: it decodes it into a generic map, replaces the one
 // namespace's table and encodes the map again. Every other key, table and array of
@@ -32,16 +34,18 @@
 // permission bits (0600 for a new file); the file's owner becomes the writing
 // process, as with any rename. A symbolic link at the path is followed, and the
 // file it points to is replaced (created, if the link dangles). A file that was
-// there once and is gone (removed or moved away) is not created again: see Open.
+// there once and is gone (removed or moved away) is not created again, nor is one
+// that held something once and is empty now written over: see Open.
 // The temporary files of writers killed mid-write are removed by a File's first
 // read, or by RemoveStaleTemps; a live writer's never are (see temps.go).
 //
 // A File serialises its own Load, Save and Namespaces calls. It takes no lock on
 // the file itself: use one File per path. Save notices a file that changed
 // between its read and its rename (another inode, size or modification time), as
-// when an editor rewrites it in place, and reads and writes again, so that it does
-// not put back a file it read half-written or undo an edit it did not see; an edit
-// that lands in the instant between that check and the rename is still lost.
+// when an editor rewrites it in place, and reads and writes again (SaveIf then
+// compares the section again, and refuses to write over an edit of it), so that it
+// does not put back a file it read half-written or undo an edit it did not see; an
+// edit that lands in the instant between that check and the rename is still lost.
 package settingsfile
 
 import (
@@ -99,6 +103,16 @@ var ErrNotWritten = errors.New("settingsfile: the file was not written")
 // read or wrote it and is missing now (removed or moved away).
 var ErrGone = errors.New("the file is gone (removed or moved away since it was read): it is not created again; put it back at its path")
 
+// ErrEmptied is wrapped by the error of every call on a File whose file held something when the File
+// last read or wrote it and is empty now (nothing but white space): emptied, or caught while an editor
+// rewrites it in place. Read as a configuration, it would say nothing at all: no principal, no
+// settings entry.
+var ErrEmptied = errors.New("the file is empty (emptied since it was read, or being rewritten in place): it is not read as a configuration; put its content back")
+
+// ErrSectionChanged is wrapped, with ErrNotWritten, by the error of SaveIf when the namespace's
+// section no longer holds what the caller expected (an edit made since the caller read it).
+var ErrSectionChanged = errors.New("the namespace's section changed since it was read")
+
 // errChanged: the file changed between Save's read and its rename.
 var errChanged = errors.New("the file changed while it was being rewritten")
 
@@ -134,6 +148,9 @@ type File struct {
 	existed bool
 	// swept: the File's first read removed the temporary files dead writers left (RemoveStaleTemps).
 	swept bool
+	// held: the file held something (not only white space) when this File last read or wrote it.
+	// A file empty after that is refused (ErrEmptied), as a missing one is (ErrGone).
+	held bool
 }
 
 // Open returns the File at path. It does not touch the file system: a missing
@@ -143,7 +160,10 @@ type File struct {
 // made anew would hold only its settings section, on which stated would start
 // with its built-in defaults (a fresh data directory, the dev principal that
 // needs no credentials) instead of refusing to start without its configuration.
-// A file put back at the path is read and written again.
+// So is a file that held something then and is empty (or white space) now
+// (ErrEmptied): emptied, or caught while an editor rewrites it in place; read, it
+// would be a configuration without principals or settings entries. A file put
+// back at the path is read and written again.
 func Open(path string) *File {
 	return &File{path: path}
 }
@@ -171,15 +191,10 @@ func (f *File) Load(namespace string) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	settings, err := settingsTable(snap.doc)
-	if err != nil {
+	if _, err := settingsTable(snap.doc); err != nil {
 		return State{}, err
 	}
-	raw, ok := settings[namespace]
-	if !ok {
-		return State{}, nil
-	}
-	s, err := decodeSection(raw)
+	s, err := sectionState(snap.doc, namespace)
 	if err != nil {
 		return State{}, fmt.Errorf("settingsfile: %s: namespace %q: %w", f.path, namespace, err)
 	}
@@ -199,14 +214,23 @@ func (f *File) Load(namespace string) (State, error) {
 // A file that changes between the read and the rename is read again and the
 // write made again, up to a few times; a file that keeps changing is an error.
 func (f *File) Save(namespace string, s State) error {
-	err := f.save(namespace, s)
+	return f.SaveIf(namespace, s, nil)
+}
+
+// SaveIf is Save, made only if the namespace's section still holds expect (as Load returns it;
+// nil: whatever it holds): the file is read, its section compared and the new content renamed into
+// place, with Save's check that the file did not change in between. A section that no longer holds
+// expect (an edit by hand since the caller's Load) is left as it is, and the error wraps
+// ErrSectionChanged and ErrNotWritten; so is a section that no longer loads.
+func (f *File) SaveIf(namespace string, s State, expect *State) error {
+	err := f.save(namespace, s, expect)
 	if err != nil && !errors.Is(err, errRenamed) {
 		err = notWritten{err}
 	}
 	return err
 }
 
-func (f *File) save(namespace string, s State) error {
+func (f *File) save(namespace string, s State, expect *State) error {
 	if err := checkNamespace(namespace); err != nil {
 		return err
 	}
@@ -219,7 +243,7 @@ func (f *File) save(namespace string, s State) error {
 	defer f.mu.Unlock()
 
 	for attempt := 1; ; attempt++ {
-		err := f.saveOnce(namespace, section)
+		err := f.saveOnce(namespace, section, expect)
 		if !errors.Is(err, errChanged) {
 			return err
 		}
@@ -230,11 +254,21 @@ func (f *File) save(namespace string, s State) error {
 }
 
 // saveOnce reads the file, replaces the namespace's section and writes the file, unless it changed
-// since the read (errChanged). The caller holds f.mu.
-func (f *File) saveOnce(namespace string, section map[string]any) error {
+// since the read (errChanged), or its section does not hold expect (ErrSectionChanged). The caller
+// holds f.mu.
+func (f *File) saveOnce(namespace string, section map[string]any, expect *State) error {
 	snap, err := f.read()
 	if err != nil {
 		return err
+	}
+	if expect != nil {
+		cur, err := sectionState(snap.doc, namespace)
+		if err != nil {
+			return fmt.Errorf("settingsfile: %s: namespace %q: %w (%v)", f.path, namespace, ErrSectionChanged, err)
+		}
+		if !sameState(cur, *expect) {
+			return fmt.Errorf("settingsfile: %s: namespace %q: %w", f.path, namespace, ErrSectionChanged)
+		}
 	}
 	doc := snap.doc
 	if doc == nil {
@@ -269,9 +303,37 @@ func (f *File) saveOnce(namespace string, section map[string]any) error {
 		return nil
 	})
 	if err == nil || errors.Is(err, errRenamed) {
-		f.existed = true
+		f.existed, f.held = true, true
 	}
 	return err
+}
+
+// sectionState is the namespace's section of doc, as Load returns it.
+func sectionState(doc map[string]any, namespace string) (State, error) {
+	settings, err := settingsTable(doc)
+	if err != nil {
+		return State{}, err
+	}
+	raw, ok := settings[namespace]
+	if !ok {
+		return State{}, nil
+	}
+	return decodeSection(raw)
+}
+
+// sameState reports whether a and b hold the same revision and entries, in the same order.
+func sameState(a, b State) bool {
+	if a.Revision != b.Revision || len(a.Entries) != len(b.Entries) {
+		return false
+	}
+	for i := range a.Entries {
+		x, y := a.Entries[i], b.Entries[i]
+		if x.Key != y.Key || x.Schema != y.Schema || x.Owner != y.Owner || x.Revision != y.Revision ||
+			x.CreatedAtMs != y.CreatedAtMs || x.UpdatedAtMs != y.UpdatedAtMs || !bytes.Equal(x.Document, y.Document) {
+			return false
+		}
+	}
+	return true
 }
 
 // Namespaces lists the namespaces that have a section in the file, sorted.
@@ -356,6 +418,13 @@ func (f *File) read() (snapshot, error) {
 	data, err := io.ReadAll(file)
 	if err != nil {
 		return snapshot{}, fmt.Errorf("settingsfile: %w", err)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		if f.held {
+			return snapshot{}, fmt.Errorf("settingsfile: %s: %w", f.path, ErrEmptied)
+		}
+	} else {
+		f.held = true
 	}
 	var doc map[string]any
 	if _, err := toml.Decode(string(data), &doc); err != nil {

@@ -349,7 +349,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	for {
 		select {
 		case <-hup:
-			reload(cfg, ns, srv, internalPassword, logger)
+			reload(cfg, ns, srv, st, internalPassword, logger)
 			continue
 		case <-ctx.Done():
 		}
@@ -466,11 +466,13 @@ func natsLogging(logger *slog.Logger) []nats.Option {
 	}
 }
 
-// reload rereads the configuration file and applies its principals: NATS users and permissions on the
-// embedded server, and the server's principals (closing watches that lost permission). A file
-// LoadConfig refuses, or whose bounds the NATS server could not carry (the next start would fail on
-// them), is refused whole: nothing is applied.
-func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, internalPassword string, logger *slog.Logger) {
+// reload rereads the configuration file and applies its settings-backed namespaces' entries (the
+// store serves what changed in their sections: see store.ReloadSettings) and its principals: NATS
+// users and permissions on the embedded server, and the server's principals (closing watches that
+// lost permission). A file LoadConfig refuses, whose bounds the NATS server could not carry (the next
+// start would fail on them), or whose settings sections the store refuses (an entry that fails its
+// schema, a bound passed) is refused whole: nothing is applied.
+func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, st *store.Store, internalPassword string, logger *slog.Logger) {
 	if cfg.Path() == "" {
 		logger.Info("SIGHUP: no configuration file to reload")
 		return
@@ -508,6 +510,9 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, internalPass
 	if changed := cfg.file.changedOnRestart(next.file); len(changed) > 0 {
 		logger.Warn("SIGHUP: changed in the file, in effect at the next restart: " + strings.Join(changed, ", "))
 	}
+	if !reloadSettings(cfg, st, logger) {
+		return
+	}
 	if ns != nil && len(next.Principals) > 0 {
 		if err := ns.Reload(natsUsers(next, internalPassword)); err != nil {
 			logger.Error("SIGHUP: NATS users not reloaded", "err", err)
@@ -520,6 +525,42 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, internalPass
 	}
 	cfg.Principals = next.Principals
 	logger.Info("SIGHUP: principals reloaded", "principals", len(next.PolicyPrincipals()))
+}
+
+// settingsReloadTimeout bounds a SIGHUP's wait for the store to reload the settings files.
+const settingsReloadTimeout = 30 * time.Second
+
+// reloadSettings has the store serve what changed in the sections of the settings-backed namespaces it
+// serves (those of the file at start; a namespace added or removed since waits for a restart, and
+// reload says so) and logs each change. It reports false, having logged why, when the store refused
+// the files: the SIGHUP is then refused whole. A store that is not served has nothing to reload.
+func reloadSettings(cfg *Config, st *store.Store, logger *slog.Logger) bool {
+	if len(cfg.StateStore.Settings) == 0 {
+		return true
+	}
+	if err := st.Serving(); err != nil {
+		logger.Warn("SIGHUP: settings not reloaded: the state store is not served", "err", err)
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settingsReloadTimeout)
+	defer cancel()
+	changes, err := st.ReloadSettings(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// Queued in the store, it may still be applied: the principals wait for the next SIGHUP.
+		logger.Error("SIGHUP: the settings reload did not finish in time (the store may still apply it); principals not reloaded",
+			"timeout", settingsReloadTimeout)
+		return false
+	}
+	if err != nil {
+		logger.Error("SIGHUP: configuration not reloaded", "err", fmt.Errorf("config %s: settings: %w", cfg.Path(), err))
+		return false
+	}
+	for _, c := range changes {
+		logger.Info("SIGHUP: settings entry changed in the file", "namespace", c.Namespace, "key", c.Key,
+			"kind", string(c.Kind), "revision", c.Revision)
+	}
+	logger.Info("SIGHUP: settings reloaded", "changes", len(changes))
+	return true
 }
 
 // redactURL is a NATS URL (or a comma-separated list of them) as stated names it in its log and
