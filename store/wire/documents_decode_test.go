@@ -61,3 +61,47 @@ func TestDocumentsDecodeWhatTheStoreTakes(t *testing.T) {
 		t.Errorf("encoded %s", b)
 	}
 }
+
+// FuzzDocumentsReadWhatTheStoreTakes: a stored document is untrusted input for whoever reads it (another
+// writer chose its bytes). Every lease, observed-status and worker-status document the store's schema
+// takes, however its writer spelled it, decodes into its wire type without error and holds exactly
+// what its bytes say (integers by value, as Integer reads them).
+func FuzzDocumentsReadWhatTheStoreTakes(f *testing.F) {
+	reg, err := schema.New()
+	if err != nil {
+		f.Fatal(err)
+	}
+	kinds := []struct {
+		schema, ns string
+		new        func() any
+	}{
+		{wire.SchemaLease, "service/x", func() any { return &wire.LeaseDocument{} }},
+		{wire.SchemaObservedStatus, "user/alice", func() any { return &wire.ObservedStatus{} }},
+		{wire.SchemaWorkerStatus, "system", func() any { return &wire.WorkerStatus{} }},
+	}
+	for _, s := range []struct {
+		kind uint8
+		doc  string
+	}{
+		{0, `{"holder":"w-1","claimed_at_ms":1.7644512e12,"renewed_at_ms":1764451260000.0,"purpose":"p"}`},
+		{0, `{"holder":"w-1","claimed_at_ms":-0,"purpose":"\u00e9\ud800"}`},
+		{0, `{"holder":"w","claimed_at_ms":9007199254740991,"renewed_at_ms":0e5}`},
+		{1, `{"subject_key":"a/b","state":"active","observed_at_ms":17644512E5,"message":"42","holder":"w"}`},
+		{1, `{"subject_key":"a/.b","state":"invalid","observed_at_ms":0.0,"error_code":"","publication_id":"p.1"}`},
+		{2, `{"worker_id":"w","service":"s","principal":"p","status":"ready","interval_ms":1e3,"leases":["l/a"],"first_seen_ms":5.0}`},
+		{2, `{"worker_id":"w","service":"","principal":"p","status":"stopping","interval_ms":60000,"leases":[],"first_seen_ms":0}`},
+	} {
+		f.Add(s.kind, []byte(s.doc))
+	}
+	f.Fuzz(func(t *testing.T, kind uint8, doc []byte) {
+		k := kinds[int(kind)%len(kinds)]
+		if reg.Validate(k.schema, k.ns, doc) != nil {
+			return
+		}
+		v := k.new()
+		if err := json.Unmarshal(doc, v); err != nil {
+			t.Fatalf("the store takes %s %s, which does not decode: %v", k.schema, doc, err)
+		}
+		sameAsBytes(t, doc, v)
+	})
+}

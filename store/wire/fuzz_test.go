@@ -124,6 +124,20 @@ func FuzzIdentifiers(f *testing.F) {
 		if seg && !strings.Contains(s, "/") && len(s) <= wire.MaxKeyLen && !key {
 			t.Fatalf("segment %q is not a key", s)
 		}
+		// Each rule agrees with SPEC section 1 written as regular expressions (oracle_test.go).
+		for _, c := range []struct {
+			name      string
+			got, want bool
+		}{
+			{"ValidKey", key, oracleKey(s)}, {"ValidKeyPrefix", prefix, oracleKeyPrefix(s)},
+			{"ValidNamespace", ns, reNamespace.MatchString(s)}, {"ValidPrincipalID", pid, rePrincipal.MatchString(s)},
+			{"ValidWatchID", wid, reWatchID.MatchString(s)}, {"ValidSegment", seg, oracleSegment(s)},
+			{"ValidIdentifier", ident, oracleSegment(s) && len(s) <= wire.MaxIdentifierLen},
+		} {
+			if c.got != c.want {
+				t.Fatalf("%s(%q) = %v, SPEC's rule says %v", c.name, s, c.got, c.want)
+			}
+		}
 	})
 }
 
@@ -215,6 +229,9 @@ func FuzzDecodePut(f *testing.F) {
 		if len(doc) > len(bytes.TrimSpace(r.Document)) {
 			t.Fatalf("compact document %q is longer than %q", doc, r.Document)
 		}
+
+		// The request holds exactly what the bytes say, its document included.
+		sameAsBytes(t, data, &r)
 
 		// What a Go client marshals from a valid request decodes and validates to the same request.
 		out, err := json.Marshal(r)
@@ -367,6 +384,8 @@ func FuzzDecodeRequests(f *testing.F) {
 		if trimmed := bytes.TrimLeft(data, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' {
 			t.Fatalf("%s: %q is not a JSON object but validates", op, data)
 		}
+		// It holds exactly what the bytes say.
+		sameAsBytes(t, data, v)
 		// The Go encoding of a valid request is itself a valid request.
 		out, err := json.Marshal(v)
 		if err != nil {

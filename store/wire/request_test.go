@@ -236,6 +236,7 @@ func TestPutRequestValidate(t *testing.T) {
 		{"ttl_ms 500 (TTL_INVALID is a later check)", put(`"ttl_ms":500`), true},
 		{"ttl_ms 1000", put(`"ttl_ms":1000`), true},
 		{"ttl_ms above 24h (clamped later)", put(`"ttl_ms":86400001`), true},
+		{"ttl_ms max", put(`"ttl_ms":` + maxSafe), true},
 		{"guard", put(`"guard":{"key":"leases/front-door","revision":1}`), true},
 		{"guard max revision", put(`"guard":{"key":"leases/front-door","revision":` + maxSafe + `}`), true},
 		{"all optional", put(`"expected_revision":3,"ttl_ms":5000,"guard":{"key":"leases/a","revision":9}`), true},
