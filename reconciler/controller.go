@@ -23,8 +23,13 @@ const (
 	DefaultStopTimeout   = 10 * time.Second
 )
 
-// ErrStopped is returned by Start when the controller was stopped (or Start was called before).
+// ErrStopped is returned by Start when the controller was stopped.
 var ErrStopped = errors.New("reconciler: controller stopped")
+
+// ErrAlreadyStarted is returned by a second Start of a controller that was not stopped: one that
+// runs, is starting, or whose first Start failed (a Controller is started once; make a new one to
+// try again). It is not ErrStopped.
+var ErrAlreadyStarted = errors.New("reconciler: controller already started")
 
 // Options configure a Controller. Namespace is required; the rest is optional.
 type Options struct {
@@ -153,13 +158,18 @@ func isNilFunc(r Reconciler) bool {
 // enqueued; then it starts the workers, the triggers and the periodic resync. ctx bounds only this
 // wait (the controller runs until Stop). Transient failures of the first watch are retried until ctx
 // ends; others (PERMISSION_DENIED, WATCH_TOO_BROAD, ...) are returned at once. Start may be called
-// once: a second call, even after a failed Start, returns ErrStopped. A failed Start leaves nothing
-// running (no cache, no goroutine), so Stop is then not needed, though harmless.
+// once: a second call, even after a failed Start, returns ErrAlreadyStarted, and a Start after Stop
+// (or one that Stop interrupted) returns ErrStopped. A failed Start leaves nothing running (no
+// cache, no goroutine), so Stop is then not needed, though harmless.
 func (c *Controller) Start(ctx context.Context) error {
 	c.mu.Lock()
-	if c.started || c.stopped {
+	if c.stopped {
 		c.mu.Unlock()
 		return ErrStopped
+	}
+	if c.started {
+		c.mu.Unlock()
+		return ErrAlreadyStarted
 	}
 	c.started = true
 	c.mu.Unlock()

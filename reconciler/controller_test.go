@@ -641,8 +641,8 @@ func TestControllerStartErrors(t *testing.T) {
 	env, c := setup(t)
 	p := newProbe(t)
 	ctrl := p.start(t, c, Options{})
-	if err := ctrl.Start(ctxT(t)); !errors.Is(err, ErrStopped) {
-		t.Fatalf("second Start = %v, want ErrStopped", err)
+	if err := ctrl.Start(ctxT(t)); !errors.Is(err, ErrAlreadyStarted) {
+		t.Fatalf("second Start = %v, want ErrAlreadyStarted", err)
 	}
 
 	// A principal that may not read the namespace: PERMISSION_DENIED at once.

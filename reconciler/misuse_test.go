@@ -1,8 +1,12 @@
 package reconciler
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/keeppeek/coordination/store/client"
+	"github.com/keeppeek/coordination/store/wire"
 )
 
 // A nil Func is a Reconciler that panics in every Reconcile; the controller would recover each panic
@@ -17,5 +21,39 @@ func TestNewRefusesANilFunc(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "nil Reconciler") {
 		t.Fatalf("New(nil Func) = %v, want an error naming the nil Reconciler", err)
+	}
+}
+
+// A second Start of a controller that runs, or whose first Start failed, answered ErrStopped
+// ("controller stopped"): a reader looked for a Stop that never happened. It answers
+// ErrAlreadyStarted, which is not ErrStopped; a Start after Stop still answers ErrStopped.
+func TestSecondStartSaysAlreadyStarted(t *testing.T) {
+	env, c := setup(t)
+	p := newProbe(t)
+	ctrl := p.start(t, c, Options{})
+	err := ctrl.Start(ctxT(t))
+	if !errors.Is(err, ErrAlreadyStarted) || errors.Is(err, ErrStopped) || strings.Contains(err.Error(), "stopped") {
+		t.Fatalf("second Start of a running controller = %v, want ErrAlreadyStarted", err)
+	}
+	ctrl.Stop()
+	if err := ctrl.Start(ctxT(t)); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Start after Stop = %v, want ErrStopped", err)
+	}
+
+	// A first Start that failed (no read permission) leaves the controller started, not stopped.
+	alice, err := client.New(env.Connect(t, "alice"), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	denied, err := New(alice, p, Options{Namespace: testNS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer denied.Stop()
+	if err := denied.Start(ctxT(t)); !errors.Is(err, wire.ErrPermissionDenied) {
+		t.Fatalf("Start without read permission = %v, want PERMISSION_DENIED", err)
+	}
+	if err := denied.Start(ctxT(t)); !errors.Is(err, ErrAlreadyStarted) || errors.Is(err, ErrStopped) {
+		t.Fatalf("Start after a failed Start = %v, want ErrAlreadyStarted", err)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -88,6 +89,9 @@ func (a *app) cmdPut(ctx context.Context, cmd *command, args []string) error {
 	if err != nil {
 		return err
 	}
+	if raw, err = documentText(raw); err != nil {
+		return err
+	}
 	if req.Document, err = wire.CompactDocument(raw); err != nil {
 		return err
 	}
@@ -126,6 +130,28 @@ func (a *app) readDocument(ctx context.Context, src string) ([]byte, error) {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("read the document: %w", ctx.Err())
 	}
+}
+
+// utf8BOM is the UTF-8 encoding of U+FEFF, the byte order mark.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
+// documentText returns the JSON text of a document as read: without the one UTF-8 byte order mark
+// it may start with. Windows editors (Notepad, PowerShell's Out-File) write one, and JSON has no
+// place for it (RFC 8259 section 8.1 lets a parser ignore it), so refused it would read as "document
+// must be a JSON object" of a file that is one. CRLF line ends and surrounding whitespace need no
+// help: they are JSON whitespace. A UTF-16 or UTF-32 document (its BOM says so) and a BOM past the
+// first are refused, naming what is wrong.
+func documentText(b []byte) ([]byte, error) {
+	switch {
+	case bytes.HasPrefix(b, utf8BOM):
+		b = b[len(utf8BOM):]
+	case bytes.HasPrefix(b, []byte{0xFE, 0xFF}), bytes.HasPrefix(b, []byte{0xFF, 0xFE}), bytes.HasPrefix(b, []byte{0, 0, 0xFE, 0xFF}):
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "the document is UTF-16 or UTF-32 (it starts with that byte order mark): save it as UTF-8")
+	}
+	if bytes.HasPrefix(bytes.TrimLeft(b, " \t\r\n"), utf8BOM) {
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "the document has a byte order mark (U+FEFF) where its JSON should start")
+	}
+	return b, nil
 }
 
 // readAll reads the document of src ("-": stdin), at most maxDocumentInput bytes.

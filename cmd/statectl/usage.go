@@ -46,9 +46,9 @@ STATE_STORE_ERROR_CODE_NOT_FOUND (exit 1).
 
 const usagePut = `Usage: statectl put NS KEY SCHEMA [FILE|-] [flags]
 
-Write the entry KEY of namespace NS with the registered schema SCHEMA. The document, one JSON object,
-is read from FILE, or from stdin when FILE is - or absent. Prints the entry as stored (revision, owner,
-expiry); with --json, the entry.
+Write the entry KEY of namespace NS with the registered schema SCHEMA. The document, one JSON object
+in UTF-8 (a leading byte order mark is dropped), is read from FILE, or from stdin when FILE is - or
+absent. Prints the entry as stored (revision, owner, expiry); with --json, the entry.
 
 Flags:
   --expect-revision N   write only if the entry's revision is N (compare-and-set); 0: create only

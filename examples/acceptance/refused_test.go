@@ -38,8 +38,10 @@ func TestWorkerCommandsEndWhenTheirCredentialsAreRefused(t *testing.T) {
 	}
 }
 
-// A transcoder given a lease TTL outside 1 s to 24 h (its README's range) exits 1 at once, naming
-// the flag, without waiting for NATS; 0 was taken silently for the default 5 s.
+// A transcoder given a lease TTL outside 1 s to 24 h (its README's range) exits 2 at once, as for
+// any other bad flag (a mistyped one, a positional argument, the demo's --timeout), naming the flag
+// and its value and printing the usage, without waiting for NATS; 0 was taken silently for the
+// default 5 s, and then it exited 1, as for a failure at run time, without the usage.
 func TestTranscoderRefusesALeaseTTLOutOfRange(t *testing.T) {
 	bin := e2e.Build(t, "./examples/transcoder", "transcoder")
 	for _, ttl := range []string{"0s", "500ms", "25h"} {
@@ -48,8 +50,8 @@ func TestTranscoderRefusesALeaseTTLOutOfRange(t *testing.T) {
 		out, err := exec.CommandContext(ctx, bin, "--lease-ttl", ttl, "--nats-url", "nats://127.0.0.1:1").CombinedOutput()
 		cancel()
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "--lease-ttl") {
-			t.Fatalf("--lease-ttl %s: %v\n%s", ttl, err, out)
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "--lease-ttl "+ttl) || !strings.Contains(string(out), "Usage of") {
+			t.Fatalf("--lease-ttl %s: %v, want exit 2 naming the flag, with the usage:\n%s", ttl, err, out)
 		}
 	}
 }
@@ -98,5 +100,31 @@ func TestCVWorkerRefusesAHealthAddressItCannotListenOn(t *testing.T) {
 	var ee *exec.ExitError
 	if ctx.Err() != nil || !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), taken.Addr().String()) {
 		t.Fatalf("%v (context: %v), want exit 1 naming %s:\n%s", err, ctx.Err(), taken.Addr(), out)
+	}
+}
+
+// A worker command given a --worker-id or --service its rule refuses exits 2 at once, naming the
+// flag, with the usage, as for any other bad flag: it exited 1 with the worker runtime's error, as
+// for a failure at run time.
+func TestWorkerCommandsRefuseABadWorkerIDOrService(t *testing.T) {
+	for _, c := range workerCommands {
+		bad := [][]string{{"--worker-id", "a b"}}
+		if c.name != "viewer" { // the viewer has no --service: its namespace is its user's
+			bad = append(bad, []string{"--service", "A/B"})
+		}
+		for _, flagArgs := range bad {
+			t.Run(c.name+flagArgs[0], func(t *testing.T) {
+				bin := e2e.Build(t, c.pkg, c.name)
+				ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+				defer cancel()
+				// No NATS server listens there: a command that took the flag would wait for one.
+				args := append(append([]string{"--nats-url", "nats://127.0.0.1:1"}, c.args...), flagArgs...)
+				out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+				var ee *exec.ExitError
+				if ctx.Err() != nil || !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), flagArgs[0]+" ") || !strings.Contains(string(out), "Usage of") {
+					t.Fatalf("%s %v: %v (context: %v), want exit 2 naming %s, with the usage:\n%s", c.name, args, err, ctx.Err(), flagArgs[0], out)
+				}
+			})
+		}
 	}
 }

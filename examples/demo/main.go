@@ -53,9 +53,7 @@ func main() {
 	if *timeout <= 0 {
 		// Bad usage, as a positional argument is: taken, it would end the tour before stated started
 		// and blame stated for it.
-		fmt.Fprintf(flag.CommandLine.Output(), "demo: --timeout %v: must be positive\n", *timeout)
-		flag.Usage()
-		os.Exit(2)
+		internal.UsageError("--timeout %v: must be positive", *timeout)
 	}
 	if err := run(*keep, *verbose, *timeout); err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/keeppeek/coordination/store/client"
+	"github.com/keeppeek/coordination/store/wire"
 )
 
 // Conn is the connection flags of an example command.
@@ -84,6 +85,28 @@ func ParseFlags() {
 		fmt.Fprintf(flag.CommandLine.Output(), "%s: unexpected argument %q: every setting is a flag (see -h)\n", filepath.Base(flag.CommandLine.Name()), flag.Arg(0))
 		flag.Usage()
 		os.Exit(2)
+	}
+}
+
+// UsageError ends a command whose flags parsed but say something it cannot do (a value out of
+// range): it names the problem, prints the usage and exits 2, as the flag package does for a flag
+// it cannot parse and ParseFlags for a positional argument. Exit 1 is kept for failures at run
+// time, so a script or a supervisor can tell a command line to fix from a run that went wrong.
+func UsageError(format string, args ...any) {
+	fmt.Fprintf(flag.CommandLine.Output(), "%s: %s\n", filepath.Base(flag.CommandLine.Name()), fmt.Sprintf(format, args...))
+	flag.Usage()
+	os.Exit(2)
+}
+
+// CheckWorkerFlags ends a worker command with a usage error (UsageError) when its --worker-id, or
+// its --service when it has one (service non-nil), breaks its rule: the worker runtime would refuse
+// it too, but only once NATS is dialled, and with exit 1, as for a failure at run time.
+func CheckWorkerFlags(workerID string, service *string) {
+	if !wire.ValidWatchID(workerID) {
+		UsageError("--worker-id %q is not a worker id ([A-Za-z0-9_-]{1,64})", workerID)
+	}
+	if service != nil && !wire.ValidPrincipalID(*service) {
+		UsageError("--service %q is not a service id ([a-z0-9][a-z0-9_-]{0,62})", *service)
 	}
 }
 

@@ -30,13 +30,14 @@ func main() {
 	workerID := flag.String("worker-id", fmt.Sprintf("tx-%d", os.Getpid()), "worker id ([A-Za-z0-9_-]{1,64}) on "+host)
 	ttl := flag.Duration("lease-ttl", 5*time.Second, "lease TTL: how long a standby waits after this worker dies")
 	internal.ParseFlags()
+	internal.CheckWorkerFlags(*workerID, service)
 
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if *ttl < lease.MinTTL || *ttl > lease.MaxTTL {
-		// Checked before waiting for NATS; 0 would otherwise be the library's default of 5 s.
-		logger.Error("transcoder", "err", fmt.Sprintf("--lease-ttl %v is outside %v to %v", *ttl, lease.MinTTL, lease.MaxTTL))
-		os.Exit(1)
+		// A usage error, checked before waiting for NATS; 0 would otherwise be the library's default
+		// of 5 s.
+		internal.UsageError("--lease-ttl %v is outside %v to %v", *ttl, lease.MinTTL, lease.MaxTTL)
 	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	nc, err := conn.Dial("transcoder", internal.WaitForNATS(logger)...)
 	if err != nil {
 		logger.Error("connect", "err", err)

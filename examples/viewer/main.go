@@ -30,6 +30,7 @@ func main() {
 	variant := flag.String("variant", "browser-h264-720p", "the variant to watch")
 	workerID := flag.String("worker-id", fmt.Sprintf("viewer-%d", os.Getpid()), "worker id (two viewers of one principal need two)")
 	internal.ParseFlags()
+	internal.CheckWorkerFlags(*workerID, nil)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	nc, err := conn.Dial("viewer", internal.WaitForNATS(logger)...)
 	if err != nil {

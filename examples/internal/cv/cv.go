@@ -89,6 +89,10 @@ type job struct {
 	// another source, stream or variant (an empty variant_id is the stream's own) ends it.
 	sourceID, streamID, variantID string
 	stop                          context.CancelFunc
+	// unanswered is set while the withdrawn intent's unsubscribe reaches nobody: the first such
+	// unsubscribe is warned of (and told), the repeats, one a second for as long as the media server
+	// is silent, are logged at Debug, and the answer that ends the outage is told at Info.
+	unanswered bool
 }
 
 // New builds a CV worker.
@@ -208,10 +212,21 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 				// it would still have the subscription, and forgotten now it would stay there for
 				// good. The job keeps it (and its lease, which says it is still ours) and ends it
 				// again until the media server answers.
-				c.cfg.Logger.Warn("unsubscribe", "intent", req.Key, "err", uerr)
-				c.cfg.Events("cv unsubscribe unanswered", req.Key, j.subscriptionID)
+				// Warned of once per outage: it is sent again every endRetry while the media server
+				// stays silent, and a warning each time would bury the log (and the narration).
+				if !j.unanswered {
+					j.unanswered = true
+					c.cfg.Logger.Warn("unsubscribe", "intent", req.Key, "err", uerr)
+					c.cfg.Events("cv unsubscribe unanswered", req.Key, j.subscriptionID)
+				} else {
+					c.cfg.Logger.Debug("unsubscribe", "intent", req.Key, "err", uerr)
+				}
 				j.model = "" // its detections are stopped: desired again, it is subscribed afresh
 				return reconciler.Result{RequeueAfter: endRetry}, nil
+			}
+			if j.unanswered {
+				j.unanswered = false
+				c.cfg.Logger.Info("unsubscribe answered again", "intent", req.Key, "subscription", j.subscriptionID)
 			}
 			j.subscriptionID = ""
 		}
@@ -256,7 +271,11 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		// now names another source, stream or variant).
 		// Not given up when ctx ends (the lease's loss, a stop): the id is forgotten below, and an
 		// unsubscribe not sent would leave the subscription to nobody.
-		_ = c.cmds.Unsubscribe(context.WithoutCancel(ctx), j.subscriptionID)
+		if err := c.cmds.Unsubscribe(context.WithoutCancel(ctx), j.subscriptionID); err == nil && j.unanswered {
+			// Desired again while its unsubscribe went unanswered: the outage ends here.
+			c.cfg.Logger.Info("unsubscribe answered again", "intent", req.Key, "subscription", j.subscriptionID)
+		}
+		j.unanswered = false // whatever comes of this one, the next subscription's outage is warned of
 		j.stop()
 		j.subscriptionID = ""
 		c.cfg.Events("cv unsubscribed", req.Key, "")

@@ -90,3 +90,38 @@ func TestCVWithdrawnIntentEndsTheSubscriptionOnceTheMediaServerAnswers(t *testin
 	waitFor(t, 10*time.Second, "the subscription ended once the media server answers", func() bool { return len(cvSubs(s)) == 0 })
 	waitFor(t, 10*time.Second, "lease released", func() bool { return f.leaseGone(t, leaseKey) })
 }
+
+// While a withdrawn intent's unsubscribe goes unanswered, the worker sends it again every second,
+// for as long as the media server stays silent. It warned, and told the event "cv unsubscribe
+// unanswered", at every one of them: a log and a narration buried under one line a second. It warns
+// and tells once per outage, logs the repeats at Debug, and tells at Info when the media server
+// answers again.
+func TestCVWarnsOncePerUnansweredUnsubscribe(t *testing.T) {
+	f, g, s := publishedBehindAGate(t)
+	ev := &events{}
+	tap := &simtest.LogTap{}
+	w, err := cv.New(cv.Config{Conn: f.Connect(t, "cv"), Principal: "cv", WorkerID: "cv-1", LeaseTTL: 3 * time.Second,
+		EventEvery: 50 * time.Millisecond, Logger: slog.New(tap), Capabilities: simtest.FastTracker,
+		Events: func(kind, _, detail string) { ev.add(kind, detail) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.Run(t, w.Run)
+	f.modelIntent(t, "person-detector")
+	waitFor(t, 10*time.Second, "cv subscribed", func() bool { return len(cvSubs(s)) == 1 })
+
+	speak := g.Silence(t, f.Env)
+	if _, err := f.Coord.SetDesired(t.Context(), cvNS, intent, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "three unanswered unsubscribes", func() bool { return tap.Count("unsubscribe", slog.LevelDebug) >= 3 })
+	if n := tap.Count("unsubscribe", slog.LevelWarn); n != 1 {
+		t.Errorf("%d warnings for one unanswered unsubscribe, want 1", n)
+	}
+	if n := ev.after("cv subscribed", "cv unsubscribe unanswered"); n != 1 {
+		t.Errorf("%d events \"cv unsubscribe unanswered\" for one outage, want 1", n)
+	}
+	speak()
+	waitFor(t, 10*time.Second, "the subscription ended once the media server answers", func() bool { return len(cvSubs(s)) == 0 })
+	waitFor(t, 10*time.Second, "the recovery told", func() bool { return tap.Count("unsubscribe answered again", slog.LevelInfo) == 1 })
+}

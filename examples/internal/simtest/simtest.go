@@ -5,6 +5,7 @@ package simtest
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"sync"
 	"testing"
@@ -182,4 +183,47 @@ func (g *Gate) Silence(t *testing.T, e *Env) (speak func()) {
 		g.SetCut(false)
 		WaitFor(t, 10*time.Second, "the media server current again", func() bool { return !probe.Stale() })
 	}
+}
+
+// LogTap is a slog handler that keeps every record a worker logs, Debug included, so that a test can
+// tell what was said and at which level. Its zero value is ready; use it as slog.New(tap).
+type LogTap struct {
+	mu      sync.Mutex
+	records []LogRecord
+}
+
+// LogRecord is a record LogTap kept: its level and message.
+type LogRecord struct {
+	Level slog.Level
+	Msg   string
+}
+
+// Enabled is true for every level: repeats logged at Debug are what a test counts.
+func (*LogTap) Enabled(context.Context, slog.Level) bool { return true }
+
+// Handle keeps r's level and message.
+func (l *LogTap) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.records = append(l.records, LogRecord{r.Level, r.Message})
+	return nil
+}
+
+// WithAttrs returns l: the attributes are not kept.
+func (l *LogTap) WithAttrs([]slog.Attr) slog.Handler { return l }
+
+// WithGroup returns l.
+func (l *LogTap) WithGroup(string) slog.Handler { return l }
+
+// Count returns how many records with message msg were logged at level or above.
+func (l *LogTap) Count(msg string, level slog.Level) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.records {
+		if r.Msg == msg && r.Level >= level {
+			n++
+		}
+	}
+	return n
 }

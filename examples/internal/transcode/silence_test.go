@@ -13,13 +13,16 @@ import (
 )
 
 // publishingBehindAGate runs a transcoder whose tracker notices a silence fast, against a simulator
-// whose network g can cut, and puts a publish intent.
-func publishingBehindAGate(t *testing.T) (*fixture, *simtest.Gate, *sim.Sim) {
+// whose network g can cut, and puts a publish intent. The transcoder logs to h, nil: nowhere.
+func publishingBehindAGate(t *testing.T, h slog.Handler) (*fixture, *simtest.Gate, *sim.Sim) {
+	if h == nil {
+		h = slog.DiscardHandler
+	}
 	f := setup(t, sim.SourceConfig{SourceID: src})
 	g := &simtest.Gate{}
 	s := simtest.ReplaceSim(t, f.Env, []sim.SourceConfig{{SourceID: src}}, g)
 	tr, err := transcode.New(transcode.Config{Conn: f.Connect(t, svc), Principal: svc, WorkerID: "tx-1", Service: svc,
-		LeaseTTL: 5 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), Capabilities: simtest.FastTracker})
+		LeaseTTL: 5 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(h), Capabilities: simtest.FastTracker})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +38,7 @@ func publishingBehindAGate(t *testing.T) (*fixture, *simtest.Gate, *sim.Sim) {
 // and reports it active again. Restarted (new sessions), the media server has ended it: the
 // transcoder starts it again, once.
 func TestPublicationKeptAcrossASilentMediaServer(t *testing.T) {
-	f, g, s := publishingBehindAGate(t)
+	f, g, s := publishingBehindAGate(t, nil)
 	waitFor(t, 10*time.Second, "publication READY", func() bool { _, ok := readyPublication(f); return ok })
 	first, _ := readyPublication(f)
 	active := func() bool {
@@ -69,7 +72,7 @@ func TestPublicationKeptAcrossASilentMediaServer(t *testing.T) {
 // media server answers again, with the same session that still has it; only then is the lease
 // released and the status stopped.
 func TestWithdrawnIntentStopsThePublicationOnceTheMediaServerAnswers(t *testing.T) {
-	f, g, s := publishingBehindAGate(t)
+	f, g, s := publishingBehindAGate(t, nil)
 	waitFor(t, 10*time.Second, "status active", func() bool { return strings.Contains(f.statusOf(t, key), `"state":"active"`) })
 
 	speak := g.Silence(t, f.Env)
@@ -91,4 +94,25 @@ func TestWithdrawnIntentStopsThePublicationOnceTheMediaServerAnswers(t *testing.
 	waitFor(t, 10*time.Second, "lease released and status stopped", func() bool {
 		return f.leaseGone(t, "leases/front-door-video-browser-h264-720p") && strings.Contains(f.statusOf(t, key), `"state":"stopped"`)
 	})
+}
+
+// While a withdrawn intent's stop_publication goes unanswered, the transcoder sends it again every
+// second, for as long as the media server stays silent. It warned at every one of them, burying the
+// log under one line a second. It warns once per outage, logs the repeats at Debug, and tells at
+// Info when the media server answers again.
+func TestTranscoderWarnsOncePerUnansweredStop(t *testing.T) {
+	tap := &simtest.LogTap{}
+	f, g, s := publishingBehindAGate(t, tap)
+	waitFor(t, 10*time.Second, "status active", func() bool { return strings.Contains(f.statusOf(t, key), `"state":"active"`) })
+	speak := g.Silence(t, f.Env)
+	if _, err := f.Coord.SetDesired(t.Context(), ns, key, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "three unanswered stops", func() bool { return tap.Count("stop publication", slog.LevelDebug) >= 3 })
+	if n := tap.Count("stop publication", slog.LevelWarn); n != 1 {
+		t.Errorf("%d warnings for one unanswered stop_publication, want 1", n)
+	}
+	speak()
+	waitFor(t, 10*time.Second, "the publication stopped once the media server answers", func() bool { return len(s.Publications()) == 0 })
+	waitFor(t, 10*time.Second, "the recovery told", func() bool { return tap.Count("stop publication answered again", slog.LevelInfo) == 1 })
 }

@@ -107,6 +107,10 @@ type binding struct {
 	retryAt       time.Time // after a FAILED publication: no new start before then
 	// What the publication was started with: a change in the intent restarts it.
 	streamID, outputProfile, recordingMode string
+	// stopUnanswered is set while the publication's stop_publication reaches nobody: the first such
+	// stop is warned of, the repeats (one every stopRetry for as long as the media server is silent)
+	// are logged at Debug, and the answer that ends the outage is told at Info.
+	stopUnanswered bool
 }
 
 // New builds a transcoder; Run runs it.
@@ -374,6 +378,7 @@ func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (rec
 	if err != nil || b == nil {
 		return reconciler.Result{}, err // standby (b nil) waits for the lease to go
 	}
+	b.stopUnanswered = false // desired again: the silence a later stop meets is warned of afresh
 	return t.publish(ctx, req.Key, in, b)
 }
 
@@ -827,8 +832,17 @@ func (t *Transcoder) stopPublication(ctx context.Context, key string, b *binding
 		return nil
 	}
 	if err := t.cmds.StopPublication(ctx, b.publicationID); err != nil && !errors.Is(err, capabilities.ErrPublicationNotFound) {
-		t.cfg.Logger.Warn("stop publication", "intent", key, "err", err)
+		if !b.stopUnanswered {
+			b.stopUnanswered = true
+			t.cfg.Logger.Warn("stop publication", "intent", key, "err", err)
+		} else {
+			t.cfg.Logger.Debug("stop publication", "intent", key, "err", err)
+		}
 		return err
+	}
+	if b.stopUnanswered {
+		b.stopUnanswered = false
+		t.cfg.Logger.Info("stop publication answered again", "intent", key, "publication", b.publicationID)
 	}
 	return nil
 }

@@ -16,7 +16,8 @@ import (
 
 // subscribedBehindAGate runs a viewer whose tracker notices a silence fast, subscribed to a variant
 // published on a simulator whose network g can cut; publish publishes the variant on a simulator.
-func subscribedBehindAGate(t *testing.T) (f *fixture, g *simtest.Gate, s *sim.Sim, v *view.Viewer, key string, publish func(*sim.Sim)) {
+// The viewer logs to h, nil: nowhere.
+func subscribedBehindAGate(t *testing.T, h slog.Handler) (f *fixture, g *simtest.Gate, s *sim.Sim, v *view.Viewer, key string, publish func(*sim.Sim)) {
 	e := simtest.Start(t, sim.Sources(src), "transcoder-a", user)
 	g = &simtest.Gate{}
 	s = simtest.ReplaceSim(t, e, sim.Sources(src), g)
@@ -33,7 +34,10 @@ func subscribedBehindAGate(t *testing.T) (f *fixture, g *simtest.Gate, s *sim.Si
 		}
 	}
 	publish(s)
-	v, err = view.New(view.Config{Conn: e.Connect(t, user), Principal: user, WorkerID: "viewer-1", Logger: slog.New(slog.DiscardHandler),
+	if h == nil {
+		h = slog.DiscardHandler
+	}
+	v, err = view.New(view.Config{Conn: e.Connect(t, user), Principal: user, WorkerID: "viewer-1", Logger: slog.New(h),
 		Capabilities: simtest.FastTracker})
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +55,7 @@ func subscribedBehindAGate(t *testing.T) (f *fixture, g *simtest.Gate, s *sim.Si
 // and subscribing a second time, which would leave the first one on the media server for good.
 // Restarted (new sessions), it has ended the subscription: the viewer subscribes again, once.
 func TestViewerKeepsItsSubscriptionAcrossASilentMediaServer(t *testing.T) {
-	f, g, s, v, key, publish := subscribedBehindAGate(t)
+	f, g, s, v, key, publish := subscribedBehindAGate(t, nil)
 	e := f.Env
 	first, _ := v.Subscription(key)
 
@@ -96,7 +100,7 @@ func TestViewerKeepsItsSubscriptionAcrossASilentMediaServer(t *testing.T) {
 // keeps the subscription (its status not "stopped") and ends it once the media server answers again
 // with the same session, which still has it.
 func TestDeletedIntentEndsTheSubscriptionOnceTheMediaServerAnswers(t *testing.T) {
-	f, g, _, v, key, _ := subscribedBehindAGate(t)
+	f, g, _, v, key, _ := subscribedBehindAGate(t, nil)
 	e := f.Env
 	speak := g.Silence(t, e)
 	if _, err := e.Admin.Delete(t.Context(), wire.DeleteRequest{Namespace: ns, Key: key}); err != nil {
@@ -114,5 +118,27 @@ func TestDeletedIntentEndsTheSubscriptionOnceTheMediaServerAnswers(t *testing.T)
 	simtest.WaitFor(t, 10*time.Second, "status stopped", func() bool { return f.status(t, key).State == reconciler.StateStopped })
 	if _, ok := v.Subscription(key); ok {
 		t.Error("the viewer still holds the ended subscription")
+	}
+}
+
+// While a deleted intent's unsubscribe goes unanswered, the viewer sends it again every second, for
+// as long as the media server stays silent. It warned at every one of them, burying the log under
+// one line a second. It warns once per outage, logs the repeats at Debug, and tells at Info when the
+// media server answers again.
+func TestViewerWarnsOncePerUnansweredUnsubscribe(t *testing.T) {
+	tap := &simtest.LogTap{}
+	f, g, _, _, key, _ := subscribedBehindAGate(t, tap)
+	speak := g.Silence(t, f.Env)
+	if _, err := f.Admin.Delete(t.Context(), wire.DeleteRequest{Namespace: ns, Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	simtest.WaitFor(t, 15*time.Second, "three unanswered unsubscribes", func() bool { return tap.Count("unsubscribe", slog.LevelDebug) >= 3 })
+	if n := tap.Count("unsubscribe", slog.LevelWarn); n != 1 {
+		t.Errorf("%d warnings for one unanswered unsubscribe, want 1", n)
+	}
+	speak()
+	simtest.WaitFor(t, 10*time.Second, "status stopped", func() bool { return f.status(t, key).State == reconciler.StateStopped })
+	if n := tap.Count("unsubscribe answered again", slog.LevelInfo); n != 1 {
+		t.Errorf("the recovery told %d times at Info, want 1", n)
 	}
 }

@@ -63,6 +63,10 @@ type statusMemo struct{ sig, variantID string }
 type subscription struct {
 	id, sessionID, variantID        string
 	sourceID, streamID, wantVariant string
+	// unanswered is set while the withdrawn intent's unsubscribe reaches nobody: the first such
+	// unsubscribe is warned of, the repeats (one every endRetry for as long as the media server is
+	// silent) are logged at Debug, and the answer that ends the outage is told at Info.
+	unanswered bool
 }
 
 // New builds a viewer.
@@ -211,7 +215,17 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 				// The unsubscribe reached nobody (a silent media server): back with the same session,
 				// it would still have the subscription, and forgotten now it would stay there for
 				// good. Keep it, say so, and end it again until the media server answers.
-				v.cfg.Logger.Warn("unsubscribe", "intent", req.Key, "err", err)
+				if !cur.unanswered {
+					v.cfg.Logger.Warn("unsubscribe", "intent", req.Key, "err", err)
+					cur.unanswered = true
+					v.mu.Lock()
+					if _, ok := v.subs[req.Key]; ok { // not taken by a stop meanwhile
+						v.subs[req.Key] = cur
+					}
+					v.mu.Unlock()
+				} else {
+					v.cfg.Logger.Debug("unsubscribe", "intent", req.Key, "err", err)
+				}
 				status := reconciler.ObservedStatus{SubjectKey: req.Key, State: reconciler.StatePending, ObservedAtMs: time.Now().UnixMilli(),
 					SubscriptionID: cur.id, VariantID: cur.variantID,
 					Message: "the media server does not answer; ending subscription " + cur.id + " once it does"}
@@ -219,6 +233,9 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 					v.cfg.Logger.Warn("status not written", "intent", req.Key, "err", err)
 				}
 				return reconciler.Result{RequeueAfter: endRetry}, nil
+			}
+			if cur.unanswered {
+				v.cfg.Logger.Info("unsubscribe answered again", "intent", req.Key, "subscription", cur.id)
 			}
 			v.mu.Lock()
 			delete(v.subs, req.Key)
@@ -229,6 +246,16 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 				ObservedAtMs: time.Now().UnixMilli(), Message: "intent no longer desired", VariantID: in.VariantID})
 		}
 		return reconciler.Result{}, nil
+	}
+	if subscribed && cur.unanswered {
+		// Desired again before its unsubscribe was answered: a later withdrawal is another outage,
+		// warned of again.
+		cur.unanswered = false
+		v.mu.Lock()
+		if _, ok := v.subs[req.Key]; ok {
+			v.subs[req.Key] = cur
+		}
+		v.mu.Unlock()
 	}
 	// The view and its staleness are read together: read apart, a confirmation landing in between
 	// would pair the stale view (every source offline) with "not stale", and the live subscription
