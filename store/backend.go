@@ -32,8 +32,13 @@ type loaded struct {
 	auditHead auditHead
 	// settings is what the store last served from each settings-backed namespace's file (see
 	// settingsRecord); a namespace absent here has no record (a database of an older format, or a
-	// namespace never settings-backed).
+	// namespace never settings-backed: see unrecorded).
 	settings map[string]*settingsRecord
+	// unrecorded: the database was just migrated from a format without that record (3 or older), so
+	// a settings-backed namespace without one may have been served from its file all along; in a
+	// database of the current format, one without a record was never served from its file, and
+	// only its revision (clients saw every revision up to it) is known.
+	unrecorded bool
 }
 
 // settingsRecord is what the store last served from a settings-backed namespace: the namespace

@@ -394,9 +394,11 @@ func (b *boltBackend) initialize(epoch string) error {
 	})
 }
 
-// migrate brings an older format up to formatVersion.
-func (b *boltBackend) migrate() error {
-	return b.update(func(tx *bolt.Tx) error {
+// migrate brings an older format up to formatVersion, and returns the format it migrated from (0:
+// none, the database is of the current format or not one load accepts).
+func (b *boltBackend) migrate() (from int, err error) {
+	err = b.update(func(tx *bolt.Tx) error {
+		from = 0
 		m := tx.Bucket(bucketMeta)
 		if m == nil {
 			return nil // load reports it
@@ -405,6 +407,7 @@ func (b *boltBackend) migrate() error {
 		if err != nil || v >= formatVersion {
 			return nil // load reports it
 		}
+		from = v
 		for ; v < formatVersion; v++ {
 			step, ok := migrations[v]
 			if !ok {
@@ -416,6 +419,10 @@ func (b *boltBackend) migrate() error {
 		}
 		return m.Put(metaFormat, []byte(strconv.Itoa(formatVersion)))
 	})
+	if err != nil {
+		from = 0
+	}
+	return from, err
 }
 
 // strictJSON decodes exactly one JSON value into v, refusing unknown fields and anything after the
@@ -441,7 +448,8 @@ func (b *boltBackend) load(rules *loadRules) (ld *loaded, err error) {
 			ld, err = nil, fmt.Errorf("database is corrupt: %v", r)
 		}
 	}()
-	if err := b.migrate(); err != nil {
+	from, err := b.migrate()
+	if err != nil {
 		return nil, err
 	}
 	err = b.db.View(func(tx *bolt.Tx) error {
@@ -449,7 +457,11 @@ func (b *boltBackend) load(rules *loadRules) (ld *loaded, err error) {
 		ld, e = loadTx(tx, rules)
 		return e
 	})
-	return ld, err
+	if err != nil {
+		return nil, err
+	}
+	ld.unrecorded = from != 0 && from <= 3 // format 4 added the settings bucket
+	return ld, nil
 }
 
 func loadTx(tx *bolt.Tx, rules *loadRules) (*loaded, error) {

@@ -522,6 +522,7 @@ func (s *Store) runBatch(muts []*mutation) error {
 			rereads++
 			s.opts.Logger.Info("a settings file changed while the store wrote it: read again", "namespace", se.ns)
 			s.readSettingsFile(se.ns, reloads[se.ns])
+			s.rereadPutBack(reloads, se.ns)
 			afterSettingsRead()
 			continue
 		}
@@ -544,10 +545,24 @@ func (s *Store) runBatch(muts []*mutation) error {
 				}
 			}
 			muts = rest
+			s.rereadPutBack(reloads, se.ns)
 			continue
 		}
 		s.logReloads(reloads, false)
 		return s.failBatch(muts, results, due, reloads, now, err)
+	}
+}
+
+// rereadPutBack reads again, for a batch staged again after the Save of settings namespace failed
+// wrote nothing, the file of every other namespace the batch writes: its Save, made before failed's,
+// was put back, and the backend no longer knows what the file held (its next Save would be made over
+// whatever it holds, an edit made since the put back included). Read again, an edit made since is
+// served before the batch's writes, and the next Save is made only over what was read.
+func (s *Store) rereadPutBack(reloads map[string]*settingsReload, failed string) {
+	for ns, r := range reloads {
+		if r.forWrite && ns != failed {
+			s.readSettingsFile(ns, r)
+		}
 	}
 }
 

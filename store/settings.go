@@ -195,7 +195,9 @@ type settingsPlan struct {
 //   - else, at Open, an entry at a revision above F was never served, and is served as the file gives
 //     it: a write cut short, or an edit by hand that raised its revision (and the namespace's) above
 //     every revision served; so is every entry when nothing served is known (known false: a database
-//     of format 3 or older, or a namespace never settings-backed before);
+//     just migrated from format 3 or older); a namespace never settings-backed before is known to
+//     have served nothing from its file, but every revision up to F (database writes), so its
+//     entries at F or below are changes, as below;
 //   - any other entry is a change made outside the store (its content edited, its revision kept or
 //     lowered; a key added by hand; while the store runs, an edit that raised the revision too): it
 //     is served with the file's content at a new revision above the namespace's, one per entry, in
@@ -204,7 +206,9 @@ type settingsPlan struct {
 //     a new revision of its own, in the same key order; at Open, unless the file's own revision is
 //     above F (the write that removed it was never served).
 //
-// A plan that would need a revision past 2^53-1 is an error.
+// A plan that would need a revision past 2^53-1 is an error; so is, while the store runs, one whose
+// puts leave the namespace more entries than the revisions left up to 2^53-1 can remove (revisionRoom,
+// as for a client's put).
 func planSettings(ns string, file []*wire.Entry, fileRev, floor uint64, served map[string]servedEntry, known, atOpen bool) (settingsPlan, error) {
 	inFile := make(map[string]*wire.Entry, len(file))
 	keys := make([]string, 0, len(file)+len(served))
@@ -252,6 +256,13 @@ func planSettings(ns string, file []*wire.Entry, fileRev, floor uint64, served m
 		plan.edits = append(plan.edits, edit)
 	}
 	plan.revision = next
+	// While the store runs, the changes are puts and deletes like a client's, and held to the rule a
+	// put is (revisionRoom): once they are served, every entry can still be removed, each delete at a
+	// revision up to 2^53-1. Deletes keep revision + entries as it was; a put raises it.
+	if !atOpen && !revisionRoom(next, int64(len(file))) && slices.ContainsFunc(plan.edits, func(ed settingsEdit) bool { return ed.entry != nil }) {
+		return settingsPlan{}, fmt.Errorf("settings namespace %s: served as its file holds it, it would be at revision %d with %d entries: the revisions left up to 2^53-1 are kept for their removal",
+			ns, next, len(file))
+	}
 	return plan, nil
 }
 
@@ -294,7 +305,9 @@ func (s *Store) reconcileSettings(ld *loaded, fileRevs map[string]uint64) error 
 		}
 		file := make([]*wire.Entry, 0, sp.count())
 		sp.tree.Ascend(func(e *wire.Entry) bool { file = append(file, e); return true })
-		plan, err := planSettings(ns, file, fileRevs[ns], floor, served, rec != nil, true)
+		// Without a record, a namespace was never served from its file, unless the database was
+		// just migrated from a format that kept none: then nothing served is known.
+		plan, err := planSettings(ns, file, fileRevs[ns], floor, served, rec != nil || !ld.unrecorded, true)
 		if err != nil {
 			return err
 		}
