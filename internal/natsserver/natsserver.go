@@ -35,6 +35,12 @@ type Options struct {
 	// MaxPending is how many bytes may wait to be written to one connection before the server cuts it
 	// as a slow consumer. Default nats-server's (64 MiB).
 	MaxPending int64
+	// MaxSubs bounds the subscriptions of one connection; past it the server refuses a subscription
+	// (the client gets an asynchronous error, and keeps its connection). 0: no bound (nats-server's
+	// default). The embedded server lives in the process that embeds it: without a bound, one
+	// connection could subscribe until that process runs out of memory (some 640 bytes per
+	// subscription of 30 bytes sent).
+	MaxSubs int
 }
 
 // Server is a running embedded server.
@@ -139,6 +145,7 @@ func serverOptions(o Options) (*server.Options, error) {
 		// OVERFLOW when it acknowledges nothing.
 		NoFastProducerStall: true,
 		MaxPending:          o.MaxPending,
+		MaxSubs:             o.MaxSubs,
 	}
 	applyUsers(opts, o.Users)
 	return opts, nil

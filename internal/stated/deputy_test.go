@@ -13,7 +13,9 @@ import (
 // chose. With NATS's allow_responses that could be any subject: alice, asking the media server on her
 // own subjects, could have its answer published on bob's watch subject (or any other principal's),
 // which section 9 lets no one but stated publish on. The media principal may now answer only into
-// inboxes (_INBOX.<principal>.>, where every requester's reply subject is), as stated does.
+// inboxes (_INBOX.<principal>.>, where every requester's reply subject is), as stated does, and on
+// its own announcement subject (caps.v1.changed), which the media server must refuse as a reply
+// subject itself (see Permissions).
 func TestMediaPrincipalAnswersOnlyIntoInboxes(t *testing.T) {
 	ps, creds := matrixPrincipals(t)
 	cfg := DefaultConfig()

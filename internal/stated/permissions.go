@@ -18,7 +18,11 @@ import (
 // requests and answers them into the requesters' inboxes (_INBOX.*.>), the only reply subjects a
 // principal can read. It is not given NATS's allow_responses: that lets a responder publish on
 // whatever reply subject a request names, so any principal could have the media server's answer
-// published on another principal's watch subject.
+// published on another principal's watch subject. One subject besides the inboxes remains the media
+// principal's to publish on, its announcements' (caps.v1.changed), and NATS cannot tell an answer
+// there from an announcement: the media server itself must not answer a request whose reply subject
+// is not an inbox, or any principal naming caps.v1.changed as its reply would have every tracker
+// read the answer as an announcement.
 func Permissions(prefix string, p PrincipalConfig) *server.Permissions {
 	pub := []string{
 		prefix + ".state.v1." + p.ID + ".>",

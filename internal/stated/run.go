@@ -31,6 +31,7 @@ import (
 	"github.com/keeppeek/coordination/internal/settingsfile"
 	"github.com/keeppeek/coordination/store"
 	"github.com/keeppeek/coordination/store/server"
+	"github.com/keeppeek/coordination/store/wire"
 )
 
 // Version is stated's version as the build records it.
@@ -264,7 +265,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 			users = natsUsers(cfg, internalPassword)
 			connOpts = append(connOpts, nats.UserInfo(internalUser, internalPassword))
 		}
-		ns, err = natsserver.Start(natsserver.Options{Listen: cfg.NATS.Listen, Users: users})
+		ns, err = natsserver.Start(embeddedNATSOptions(cfg, users))
 		if err != nil {
 			st.Close()
 			return err
@@ -369,6 +370,22 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// embeddedNATSOptions are the options of the embedded NATS server for cfg, with users (none: no
+// authorization, the dev principal).
+func embeddedNATSOptions(cfg *Config, users []natsserver.User) natsserver.Options {
+	b, _ := cfg.BoundsValue() // valid: Validate checked them
+	return natsserver.Options{Listen: cfg.NATS.Listen, Users: users, MaxSubs: maxSubsPerConnection(b)}
+}
+
+// maxSubsPerConnection bounds the subscriptions of one connection to the embedded server, which runs
+// in stated's process: without a bound, any principal could have stated hold hundreds of MiB for a
+// few MiB of SUB lines on one connection. A client subscribes once per watch (a principal holds at
+// most max_watches_per_principal, and a re-watch may briefly hold two) besides its inbox and the
+// capability subjects; the bound leaves room for all of them on one connection.
+func maxSubsPerConnection(b wire.Bounds) int {
+	return int(min(2*b.MaxWatchesPerPrincipal, 1<<30) + 256)
 }
 
 // readiness answers /readyz: 200 while stated serves the store; 503 with the reason while it does

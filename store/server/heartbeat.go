@@ -27,8 +27,8 @@ const heartbeatLanes = 32
 // loses some first heartbeats; their next ones come an interval later.
 const heartbeatsWaiting = 1024
 
-// maxHeartbeatBytes bounds a heartbeat's body: four times max_document_bytes (a worker status is at
-// most one, its leases cut to fit), at least 64 KiB.
+// maxHeartbeatBytes bounds a heartbeat message, its headers included: four times max_document_bytes
+// (a worker status is at most one, its leases cut to fit), at least 64 KiB.
 func maxHeartbeatBytes(b wire.Bounds) int64 { return max(65536, 4*b.MaxDocumentBytes) }
 
 // serverPrincipal reads the system namespace on the server's own behalf.
@@ -50,10 +50,13 @@ var serverPrincipal = policy.Principal{ID: "stated", Admin: true}
 func (s *Server) onHeartbeat(msg *nats.Msg) {
 	outcome := ""
 	toks, err := wire.SubjectTokens(msg.Subject, s.opts.Prefix, "heartbeat.v1", 2)
-	if limit := maxHeartbeatBytes(s.st.Bounds()); err == nil && int64(len(msg.Data)) > limit {
-		// A waiting heartbeat holds its body, and a principal may have heartbeatsWaiting of them
-		// waiting: one far larger than any worker status can be is dropped before it waits.
-		err = fmt.Errorf("the heartbeat is %d bytes, more than %d", len(msg.Data), limit)
+	if limit := maxHeartbeatBytes(s.st.Bounds()); err == nil && int64(msg.Size()) > limit {
+		// A waiting heartbeat holds its message, and a principal may have heartbeatsWaiting of them
+		// waiting: one far larger than any worker status can be is dropped before it waits. Its size
+		// is the message's as it came (subject, headers and body): nats.go keeps the body in the
+		// buffer the headers came in, so headers of nearly max_payload beside a small, valid body
+		// would be held as long, and a header block it cannot decode is not even in msg.Header.
+		err = fmt.Errorf("the heartbeat is %d bytes with its subject and headers, more than %d", msg.Size(), limit)
 	}
 	if err == nil {
 		if _, ok := s.Principal(toks[0]); !ok {

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -461,12 +463,13 @@ func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 				s.serve(op, req, start) // INVALID_ARGUMENT, without the engine
 				return
 			}
-			if len(req.Data()) > maxQueuedRequestBytes {
-				// Refused before it is queued: a queue holds its requests' bodies, and a principal
-				// may have ackQueueLimit of them waiting; an ack or unwatch is a few dozen bytes.
+			if size := len(req.Data()) + headerBytes(req.Headers()); size > maxQueuedRequestBytes {
+				// Refused before it is queued: a queue holds its requests, and a principal may have
+				// ackQueueLimit of them waiting; an ack or unwatch is a few dozen bytes, and needs
+				// no headers.
 				err := s.st.Serving() // SPEC section 5, check (0), comes first
 				if err == nil {
-					err = wire.Errorf(wire.CodeInvalidArgument, "a %s request is at most %d bytes; this one is %d", op, maxQueuedRequestBytes, len(req.Data()))
+					err = wire.Errorf(wire.CodeInvalidArgument, "a %s request is at most %d bytes, headers included; this one is %d", op, maxQueuedRequestBytes, size)
 				}
 				s.refuse(op, req, start, err)
 				return
@@ -478,7 +481,11 @@ func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 				s.serve(op, req, start)
 				return
 			}
-			switch s.queues.offer(toks[0], func() { s.serve(op, req, start) }) {
+			// What waits is a copy of the request's body, not the message: nats.go keeps the body in
+			// the buffer its headers came in, and a header block it cannot decode (so not counted
+			// above) would be held with it.
+			queued := &detachedRequest{nc: s.nc, subject: req.Subject(), reply: req.Reply(), data: bytes.Clone(req.Data())}
+			switch s.queues.offer(toks[0], func() { s.serve(op, queued, start) }) {
 			case offerFull:
 				err := s.st.Serving() // SPEC section 5, check (0), comes first
 				if err == nil {
@@ -500,10 +507,63 @@ func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 	}
 }
 
-// maxQueuedRequestBytes bounds the body of an ack or unwatch request: one that waits in its
+// maxQueuedRequestBytes bounds an ack or unwatch request, its body and headers: one that waits in its
 // principal's queue holds its body there, so the bound keeps a principal's queue to a few MiB
 // (ackQueueLimit of them) rather than a GiB of padded requests of NATS's max_payload each.
 const maxQueuedRequestBytes = 4096
+
+// headerBytes is the size of h as NATS carries it: the version line, a "key: value" line per value
+// and the closing line break.
+func headerBytes(h map[string][]string) int {
+	if len(h) == 0 {
+		return 0
+	}
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	return n
+}
+
+// detachedRequest is a request that waits in a queue: its subject, reply subject and a copy of its
+// body, without the message they came in. It answers on its reply subject over nc, as the message
+// would.
+type detachedRequest struct {
+	nc             *nats.Conn
+	subject, reply string
+	data           []byte
+}
+
+func (r *detachedRequest) Respond(b []byte, opts ...micro.RespondOpt) error {
+	if r.reply == "" {
+		return nats.ErrMsgNoReply
+	}
+	m := &nats.Msg{Subject: r.reply, Data: b}
+	for _, o := range opts {
+		o(m)
+	}
+	return r.nc.PublishMsg(m)
+}
+
+func (r *detachedRequest) RespondJSON(v any, opts ...micro.RespondOpt) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return r.Respond(b, opts...)
+}
+
+func (r *detachedRequest) Error(code, description string, data []byte, opts ...micro.RespondOpt) error {
+	h := nats.Header{micro.ErrorHeader: {description}, micro.ErrorCodeHeader: {code}}
+	return r.Respond(data, append([]micro.RespondOpt{micro.WithHeaders(micro.Headers(h))}, opts...)...)
+}
+
+func (r *detachedRequest) Data() []byte           { return r.data }
+func (r *detachedRequest) Headers() micro.Headers { return nil }
+func (r *detachedRequest) Subject() string        { return r.subject }
+func (r *detachedRequest) Reply() string          { return r.reply }
 
 // ackQueueLimit is how many acks and unwatches of one principal may wait to be handled: two for each
 // watch it may hold (max_watches_per_principal), at least 1,024. A client that waits for each answer
