@@ -670,9 +670,25 @@ func (s *Sim) ready(id string) {
 	s.bumpLocked("variant " + string(v.State))
 }
 
+// inboxReply reports whether m's reply subject is an inbox (_INBOX.…), the only subject the media
+// server answers on, logging a request it drops (at Debug: whoever sends them chooses how many). The media principal may publish its announcements
+// on caps.v1.changed, and NATS cannot tell an answer there from an announcement: answering a request
+// that names it (or any other subject but an inbox) would let any principal have every tracker read
+// the answer as an announcement. A command whose answer nobody could read is not carried out.
+func (s *Sim) inboxReply(m *nats.Msg) bool {
+	if strings.HasPrefix(m.Reply, "_INBOX.") {
+		return true
+	}
+	s.log.Debug("sim: request dropped: its reply subject is no inbox", "subject", m.Subject, "reply", m.Reply)
+	return false
+}
+
 // handleGet answers caps.v1.get with the whole ServerCapabilities. It counts as handling, so a Stop
 // that has returned has no answer of it left to send: a stopped server answers nothing.
 func (s *Sim) handleGet(m *nats.Msg) {
+	if !s.inboxReply(m) {
+		return
+	}
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
@@ -713,6 +729,9 @@ func (s *Sim) Pending() int {
 
 // receive queues a media command (the NATS handler of a command subject).
 func (s *Sim) receive(q *commandQueue, m *nats.Msg) {
+	if !s.inboxReply(m) {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
