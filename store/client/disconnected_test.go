@@ -58,6 +58,12 @@ func (l *cutLink) serve(ln net.Listener) {
 				continue
 			}
 			l.mu.Lock()
+			if l.ln != ln { // cut while this one was being dialled: it must not outlive the cut
+				l.mu.Unlock()
+				c.Close()
+				up.Close()
+				continue
+			}
 			l.conns = append(l.conns, c, up)
 			l.mu.Unlock()
 			l.wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })

@@ -56,6 +56,14 @@ func (c *Client) Watch(ctx context.Context, req wire.WatchRequest) (*Watch, erro
 		return nil, fmt.Errorf("store/client: subscribe to watch %s: %w", req.WatchID, err)
 	}
 	w.sub = sub
+	// A subscription that ends otherwise than by Stop (the connection closed for good) delivers
+	// nothing more: Messages is closed then, so a reader ranging over it is not left waiting forever.
+	// nats.go calls the handler once the subscription's delivery goroutine has returned; a
+	// connection closed before the handler was set is seen by the check after it.
+	sub.SetClosedHandler(func(string) { w.end(w.subscriptionEnded()) })
+	if c.nc.IsClosed() {
+		w.end(w.subscriptionEnded())
+	}
 	ws, err := c.watchRequest(ctx, req)
 	if err != nil {
 		w.halt()
@@ -173,6 +181,15 @@ func (w *Watch) deliver(msg *nats.Msg) {
 	}
 }
 
+// subscriptionEnded is Err's value for a subscription that ended without Stop. (When Stop or a failed
+// Watch ended it, Messages is closed already, and end keeps the nil error it closed it with.)
+func (w *Watch) subscriptionEnded() error {
+	if w.c.nc.IsClosed() {
+		return fmt.Errorf("store/client: watch %s: %w", w.id, nats.ErrConnectionClosed)
+	}
+	return fmt.Errorf("store/client: watch %s: the subscription to its delivery subject ended", w.id)
+}
+
 // halt unblocks a pending delivery; nothing more is delivered.
 func (w *Watch) halt() { w.haltOnce.Do(func() { close(w.done) }) }
 
@@ -194,12 +211,14 @@ func (w *Watch) ID() string { return w.id }
 func (w *Watch) Snapshot() *wire.WatchState { return w.snap }
 
 // Messages returns the updates (watch_sequence 1, 2, ...) and the final CLOSED message, in arrival
-// order. The channel is closed after the CLOSED message, when Stop is called, or when a message
-// arrives that does not decode (Err then says why).
+// order. The channel is closed after the CLOSED message, when Stop is called, when a message
+// arrives that does not decode, or when the subscription ends otherwise, as when the NATS connection
+// is closed (Err then says why).
 func (w *Watch) Messages() <-chan wire.WatchMessage { return w.out }
 
-// Err returns why Messages was closed early: a message that did not decode or named another watch.
-// It is nil while the watch runs and after a CLOSED message or Stop.
+// Err returns why Messages was closed early: a message that did not decode or named another watch,
+// or the NATS connection closed (errors.Is(err, nats.ErrConnectionClosed)). It is nil while the
+// watch runs and after a CLOSED message or Stop.
 func (w *Watch) Err() error {
 	w.mu.RLock()
 	defer w.mu.RUnlock()

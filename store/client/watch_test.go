@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -190,5 +192,29 @@ func TestWatchRejected(t *testing.T) {
 	}
 	if n := c.Conn().NumSubscriptions(); n != subs {
 		t.Fatalf("a stopped watch left %d subscriptions behind", n-subs)
+	}
+}
+
+// A watch whose NATS connection is closed will never receive another message: Messages is closed,
+// and Err says why, so that a reader ranging over Messages is not left waiting forever (a Cache in
+// the same case stops, and its waiters learn it).
+func TestWatchEndsWhenItsConnectionCloses(t *testing.T) {
+	env := startEnv(t)
+	nc := env.Connect(t, alice.ID)
+	c, err := New(nc, alice.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Watch(ctxT(t), wire.WatchRequest{WatchID: "w-conn", Namespace: "user/alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	waitClosed(t, w.Messages())
+	if err := w.Err(); !errors.Is(err, nats.ErrConnectionClosed) {
+		t.Fatalf("Err() = %v, want nats.ErrConnectionClosed", err)
+	}
+	if err := w.Stop(ctxT(t)); err != nil {
+		t.Fatalf("Stop: %v", err)
 	}
 }
