@@ -5,7 +5,9 @@
 // publication with the intent's recording_mode, waits for the actual variant to be READY, and writes
 // observed status under status/ guarded by its lease. A standby stays idle until the lease goes. A
 // publication whose holder died before it saw its intent withdrawn or changed is stopped, once that
-// holder's lease has expired, by a worker that saw the change (see examples/transcoder/README.md).
+// holder's lease has expired, by a worker that saw the change (see examples/transcoder/README.md),
+// or that started after it and finds the old output in the store (its lease, or the intent's
+// status). A lease is acted on only while the intent it was claimed for is the store's.
 package transcode
 
 import (
@@ -359,6 +361,13 @@ func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (rec
 	old, known := t.outputs[req.Key]
 	b := t.held[req.Key]
 	t.mu.Unlock()
+	if !known && b == nil {
+		// This worker has not seen the intent name any output before (it started after the change,
+		// say): the store tells whether another output is still held or published for it.
+		if old, known, err = t.formerOutput(ctx, req.Key, in, cur); err != nil {
+			return reconciler.Result{}, err
+		}
+	}
 	if known && old.leaseKey != cur.leaseKey && (b == nil || b.leaseKey != old.leaseKey) {
 		// The intent names another output now, and this worker did not hold the old one (its holder,
 		// which did, stops it itself, in claim). The new output is claimed here only once the old
@@ -374,12 +383,52 @@ func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (rec
 	t.outputs[req.Key] = cur
 	delete(t.settled, req.Key)
 	t.mu.Unlock()
-	b, err = t.claim(ctx, req.Key, in)
+	b, err = t.claim(ctx, req.Key, in, e.Revision)
+	if errors.Is(err, errStaleIntent) {
+		// The cache's update enqueues the key again; this requeue is only a backstop.
+		return reconciler.Result{RequeueAfter: t.cfg.LeaseTTL}, nil
+	}
 	if err != nil || b == nil {
 		return reconciler.Result{}, err // standby (b nil) waits for the lease to go
 	}
 	b.stopUnanswered = false // desired again: the silence a later stop meets is warned of afresh
 	return t.publish(ctx, req.Key, in, b)
+}
+
+// formerOutput is, for a worker that has not seen the intent key name an output before, the output
+// other than cur that the store says is still the intent's: one whose lease is held for the intent
+// (its holder, alive or not, may still be starting its publication, or be about to stop it), else
+// one of another variant whose publication the intent's status names and does not report stopped
+// (its holder died before it saw the intent change, and the new holder's first status would erase
+// that record). Without it, a worker started after the change would claim and publish cur at once,
+// next to the old publication, and nobody would ever stop that one. found is false when there is
+// none; an error says the store could not be read.
+func (t *Transcoder) formerOutput(ctx context.Context, key string, in reconciler.MediaIntent, cur output) (out output, found bool, err error) {
+	var st reconciler.ObservedStatus
+	e, err := t.w.Client().Get(ctx, t.ns, statusKey(key))
+	switch {
+	case errors.Is(err, wire.ErrNotFound):
+	case err != nil:
+		return output{}, false, err
+	case e.Schema == reconciler.ObservedStatusSchema:
+		_ = json.Unmarshal(e.Document, &st)
+	}
+	// The output the status names, as a lease key of the intent's source and kind.
+	named := in
+	named.VariantID = st.VariantID
+	if other, err := t.otherOutputLease(ctx, key, cur.leaseKey); err != nil {
+		return output{}, false, err
+	} else if other != "" {
+		out = output{leaseKey: other}
+		if st.VariantID != "" && LeaseKey(named) == other {
+			out.variantID = st.VariantID // so that its publication is stopped if its holder is gone
+		}
+		return out, true, nil
+	}
+	if st.PublicationID != "" && st.State != reconciler.StateStopped && st.VariantID != "" && st.VariantID != cur.variantID {
+		return output{leaseKey: LeaseKey(named), variantID: st.VariantID}, true, nil
+	}
+	return output{}, false, nil
 }
 
 // lastOutput is the output the intent was last seen to want published by this worker, else the one
@@ -526,28 +575,40 @@ func (t *Transcoder) leasePurpose(ctx context.Context, leaseKey string) (purpose
 // otherOutputHeld reports whether a lease other than leaseKey is held for the intent key, read from
 // the store (not the lease cache, which may lag behind the status just read).
 func (t *Transcoder) otherOutputHeld(ctx context.Context, key, leaseKey string) (bool, error) {
+	other, err := t.otherOutputLease(ctx, key, leaseKey)
+	return other != "", err
+}
+
+// otherOutputLease returns the key of a lease other than leaseKey held to publish the intent key
+// ("" if none), read from the store.
+func (t *Transcoder) otherOutputLease(ctx context.Context, key, leaseKey string) (string, error) {
 	after := ""
 	for {
 		page, err := t.w.Client().List(ctx, wire.ListRequest{Namespace: t.ns, KeyPrefix: "leases/", AfterKey: after, Limit: 256})
 		if err != nil {
-			return false, err
+			return "", err
 		}
 		for _, e := range page.Entries {
 			var d wire.LeaseDocument
 			if e.Key != leaseKey && json.Unmarshal(e.Document, &d) == nil && d.Purpose == purposePublish+key {
-				return true, nil
+				return e.Key, nil
 			}
 		}
 		if page.NextAfterKey == "" {
-			return false, nil
+			return "", nil
 		}
 		after = page.NextAfterKey
 	}
 }
 
+// errStaleIntent is claim's error when the intent in the store is not the one the claim was made
+// for (rev): this worker's cache is behind.
+var errStaleIntent = errors.New("transcode: the cached intent is behind the store")
+
 // claim returns the binding this worker holds for the intent, claiming its lease if it is free; nil
-// (and no error) when another worker holds it.
-func (t *Transcoder) claim(ctx context.Context, key string, in reconciler.MediaIntent) (*binding, error) {
+// (and no error) when another worker holds it. rev is the revision of the intent as cached, which in
+// is: a lease claimed while the store holds another revision is released at once (errStaleIntent).
+func (t *Transcoder) claim(ctx context.Context, key string, in reconciler.MediaIntent, rev uint64) (*binding, error) {
 	leaseKey := LeaseKey(in)
 	t.mu.Lock()
 	b := t.held[key]
@@ -575,6 +636,19 @@ func (t *Transcoder) claim(ctx context.Context, key string, in reconciler.MediaI
 	}
 	if err != nil {
 		return nil, err
+	}
+	// The lease is free because its holder let it go or died; what it let go for may be a change of
+	// the intent that this worker's cache has not applied yet (its updates come on another watch than
+	// the lease's, and a process that was stalled has a backlog of both). Claimed for the intent as
+	// it was, the old output would be published next to the new one. The claim committed after
+	// whatever freed the lease, so the intent read now is at least as new as that change.
+	if e, err := t.w.Client().Get(ctx, t.ns, key); err != nil || e.Revision != rev {
+		_ = l.Release(context.WithoutCancel(ctx))
+		if err != nil && !errors.Is(err, wire.ErrNotFound) {
+			return nil, fmt.Errorf("transcode: read intent %s after claiming %s: %w", key, leaseKey, err)
+		}
+		t.cfg.Logger.Debug("lease let go: the cached intent is behind the store", "intent", key, "lease", leaseKey, "cached_revision", rev)
+		return nil, errStaleIntent
 	}
 	b = &binding{lease: l, leaseKey: leaseKey}
 	t.mu.Lock()
