@@ -3,99 +3,23 @@ package lease_test
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/keeppeek/coordination/internal/natstest"
 	"github.com/keeppeek/coordination/internal/testenv"
 	"github.com/keeppeek/coordination/lease"
 	"github.com/keeppeek/coordination/store/client"
 )
 
-// cutLink is a TCP link between a client and the NATS server that a test can cut (every connection
-// closed, no new one taken) and mend: a network outage between a holder and NATS, with the state
-// server and NATS running on. The connection and NATS are both real.
-type cutLink struct {
-	t      *testing.T
-	target string
-	addr   string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func newCutLink(t *testing.T, target string) *cutLink {
-	l := &cutLink{t: t, target: target}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.addr = ln.Addr().String()
-	l.serve(ln)
-	t.Cleanup(func() { l.cut(); l.wg.Wait() })
-	return l
-}
-
-func (l *cutLink) url() string { return "nats://" + l.addr }
-
-func (l *cutLink) serve(ln net.Listener) {
-	l.mu.Lock()
-	l.ln = ln
-	l.mu.Unlock()
-	l.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", l.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			l.mu.Lock()
-			l.conns = append(l.conns, c, up)
-			l.mu.Unlock()
-			l.wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
-			l.wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
-		}
-	})
-}
-
-// cut closes the listener and every connection through the link.
-func (l *cutLink) cut() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ln != nil {
-		l.ln.Close()
-		l.ln = nil
-	}
-	for _, c := range l.conns {
-		c.Close()
-	}
-	l.conns = nil
-}
-
-// mend takes connections again on the link's address.
-func (l *cutLink) mend() {
-	ln, err := net.Listen("tcp", l.addr)
-	if err != nil {
-		l.t.Fatalf("mend the link on %s: %v", l.addr, err)
-	}
-	l.serve(ln)
-}
-
 // linkedClient returns a coordinator client connected through link (client.Connect: no reconnect
 // buffer) and its connection.
-func linkedClient(t *testing.T, link *cutLink) (*client.Client, *nats.Conn) {
+func linkedClient(t *testing.T, link *natstest.CutLink) (*client.Client, *nats.Conn) {
 	t.Helper()
-	nc, err := client.Connect(link.url(), "coordinator", nats.ReconnectWait(20*time.Millisecond))
+	nc, err := client.Connect(link.URL(), "coordinator", nats.ReconnectWait(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +38,7 @@ func linkedClient(t *testing.T, link *cutLink) (*client.Client, *nats.Conn) {
 // entry.
 func TestLeaseAcrossACutConnection(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{})
-	link := newCutLink(t, strings.TrimPrefix(env.URL, "nats://"))
+	link := natstest.NewCutLink(t, strings.TrimPrefix(env.URL, "nats://"))
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	hc, hnc := linkedClient(t, link)
@@ -149,11 +73,11 @@ func TestLeaseAcrossACutConnection(t *testing.T) {
 	defer hnc.RemoveStatusListener(status)
 	recv(t, renewals, "a renewal before the cut")
 	before := a.Revision()
-	link.cut()
+	link.Cut()
 	for hnc.Status() != nats.RECONNECTING {
 		recv(t, status, "the holder's connection to drop")
 	}
-	link.mend()
+	link.Mend()
 	for rev := uint64(0); rev <= before; {
 		rev = recv(t, renewals, "a renewal after the cut")
 	}
@@ -168,7 +92,7 @@ func TestLeaseAcrossACutConnection(t *testing.T) {
 	}
 
 	// A long cut: the holder loses the lease by itself, then the standby gets it.
-	link.cut()
+	link.Cut()
 	closed(t, a.Lost(), "the holder to learn its lease is lost while cut off")
 	if a.Held() {
 		t.Fatal("Held after Lost")
@@ -187,7 +111,7 @@ func TestLeaseAcrossACutConnection(t *testing.T) {
 	if b.l.Revision() <= lostAt {
 		t.Fatalf("the standby claimed at %d, the holder's last revision %d", b.l.Revision(), lostAt)
 	}
-	link.mend()
+	link.Mend()
 	for hnc.Status() != nats.CONNECTED {
 		recv(t, status, "the holder's connection to come back")
 	}

@@ -821,8 +821,8 @@ func runCacheModel(t *testing.T, m modelBackend, kinds []int, rounds int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*testTimeout)
 	defer cancel()
 
-	link := newCutLink(t, strings.TrimPrefix(m.url(), "nats://"))
-	linkConn, err := Connect(link.url(), admin.ID, append(m.auth(admin.ID), nats.ReconnectWait(20*time.Millisecond))...)
+	link := natstest.NewCutLink(t, strings.TrimPrefix(m.url(), "nats://"))
+	linkConn, err := Connect(link.URL(), admin.ID, append(m.auth(admin.ID), nats.ReconnectWait(20*time.Millisecond))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -973,10 +973,10 @@ func runCacheModel(t *testing.T, m modelBackend, kinds []int, rounds int) {
 		case modelCut:
 			disruptions = append(disruptions, "cut")
 			markAll(round, "cut", func(mc *modelCache) bool { return mc.c == linkClient || mc == fl.mc })
-			link.cut()
+			link.Cut()
 			awaitNotConnected(t, linkConn, linkStatus)
 			awaitTimer(outage())
-			link.mend()
+			link.Mend()
 		case modelClose:
 			mc := caches[rng.IntN(len(caches))]
 			at := mc.eventCount()
@@ -1028,14 +1028,14 @@ func runCacheModel(t *testing.T, m modelBackend, kinds []int, rounds int) {
 			disruptions = append(disruptions, fmt.Sprintf("restore (crash %v, cut %v)", crash, cut))
 			markAll(round, "restore", all)
 			if cut {
-				link.cut()
+				link.Cut()
 				awaitNotConnected(t, linkConn, linkStatus)
 			}
 			// Waits begun while the server is away, for revisions the caches reached in the
 			// epoch the restore voids: each ends with ErrEpochChanged, never nil.
 			m.restore(crash, func() { waitsAcross(ctx, caches, epochs[0], ErrEpochChanged, &waiting) })
 			if cut {
-				link.mend()
+				link.Mend()
 			}
 			epochs = append(epochs, epochOfModel(ctx, t, checker))
 			if epochs[1] == epochs[0] {
