@@ -30,6 +30,15 @@ func writeSettingsSection(t *testing.T, cfg, ns string, rev uint64) {
 	}
 }
 
+// openSettingsT opens a store in a new directory with ns settings-backed in the configuration file
+// cfg there; path is the database's.
+func openSettingsT(t *testing.T, ns string) (s *Store, cfg, path string) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg, path = filepath.Join(dir, "stated.toml"), filepath.Join(dir, "state-store.db")
+	return openAt(t, path, settingsOpts(cfg, ns)), cfg, path
+}
+
 func settingsOpts(cfg, ns string) Options {
 	opts := DefaultOptions()
 	opts.Settings = map[string]SettingsBackend{ns: TOMLSettings(cfg, ns)}

@@ -164,9 +164,7 @@ func TestSettingsUnchangedEntriesKeepTheirRevisions(t *testing.T) {
 // list or snapshot at the old revision never shows a different content at the same revision.
 func TestSettingsHandDeletedEntryAdvancesTheRevision(t *testing.T) {
 	const ns = "user/alice"
-	dir := t.TempDir()
-	cfg, path := filepath.Join(dir, "stated.toml"), filepath.Join(dir, "state-store.db")
-	s := openAt(t, path, settingsOpts(cfg, ns))
+	s, cfg, path := openSettingsT(t, ns)
 	mustPut(t, s, alice, prefsPut(ns, "a", "ui"))
 	mustPut(t, s, alice, prefsPut(ns, "b", "tv"))
 	s.Close()
@@ -197,9 +195,7 @@ func TestSettingsHandDeletedEntryAdvancesTheRevision(t *testing.T) {
 // new revision above the namespace's. No revision a client saw is given to other content.
 func TestSettingsFileLoweredRevision(t *testing.T) {
 	const ns = "user/alice"
-	dir := t.TempDir()
-	cfg, path := filepath.Join(dir, "stated.toml"), filepath.Join(dir, "state-store.db")
-	s := openAt(t, path, settingsOpts(cfg, ns))
+	s, cfg, path := openSettingsT(t, ns)
 	mustPut(t, s, alice, prefsPut(ns, "prefs", "ui"))
 	mustPut(t, s, alice, prefsPut(ns, "prefs", "tv"))
 	mustPut(t, s, alice, prefsPut(ns, "prefs", "ui"))
@@ -235,9 +231,7 @@ func TestSettingsFileLoweredRevision(t *testing.T) {
 // given a new revision: a writer that held the deleted entry at that revision cannot write over it.
 func TestSettingsHandAddedEntryAtAnOldRevision(t *testing.T) {
 	const ns = "user/alice"
-	dir := t.TempDir()
-	cfg, path := filepath.Join(dir, "stated.toml"), filepath.Join(dir, "state-store.db")
-	s := openAt(t, path, settingsOpts(cfg, ns))
+	s, cfg, path := openSettingsT(t, ns)
 	mustPut(t, s, alice, prefsPut(ns, "prefs", "ui"))
 	if _, err := s.Delete(ctxT(t), alice, wire.DeleteRequest{Namespace: ns, Key: "prefs"}); err != nil {
 		t.Fatal(err)
@@ -264,9 +258,7 @@ func TestSettingsHandAddedEntryAtAnOldRevision(t *testing.T) {
 // is noticed.
 func TestMigrateFormat3KeepsSettingsRevisions(t *testing.T) {
 	const ns = "user/alice"
-	dir := t.TempDir()
-	cfg, path := filepath.Join(dir, "stated.toml"), filepath.Join(dir, "state-store.db")
-	s := openAt(t, path, settingsOpts(cfg, ns))
+	s, cfg, path := openSettingsT(t, ns)
 	mustPut(t, s, alice, prefsPut(ns, "a", "ui"))
 	mustPut(t, s, alice, prefsPut(ns, "b", "tv"))
 	s.Close()
@@ -344,9 +336,7 @@ func TestSettingsRecordsCheckedOnOpen(t *testing.T) {
 // content at a revision clients saw. A namespace written in the database since keeps its revision.
 func TestSettingsNamespaceNoLongerDeclaredDeletesItsEntries(t *testing.T) {
 	const ns = "user/alice"
-	dir := t.TempDir()
-	cfg, path := filepath.Join(dir, "stated.toml"), filepath.Join(dir, "state-store.db")
-	s := openAt(t, path, settingsOpts(cfg, ns))
+	s, _, path := openSettingsT(t, ns)
 	mustPut(t, s, alice, prefsPut(ns, "a", "ui"))
 	mustPut(t, s, alice, prefsPut(ns, "b", "tv"))
 	s.Close()
@@ -366,9 +356,7 @@ func TestSettingsNamespaceNoLongerDeclaredDeletesItsEntries(t *testing.T) {
 // written since the backup (above its revision) as the file gives them, renumbering nothing.
 func TestRestoreKeepsSettingsRevisions(t *testing.T) {
 	const ns = "user/alice"
-	dir := t.TempDir()
-	cfg, path := filepath.Join(dir, "stated.toml"), filepath.Join(dir, "state-store.db")
-	s := openAt(t, path, settingsOpts(cfg, ns))
+	s, cfg, path := openSettingsT(t, ns)
 	mustPut(t, s, alice, prefsPut(ns, "a", "ui"))
 	mustPut(t, s, alice, prefsPut(ns, "b", "tv"))
 	var backup bytes.Buffer

@@ -48,9 +48,7 @@ func auditTail(t *testing.T, s *Store, from uint64) []auditRecord {
 // A second reload finds nothing, and a restart serves what the reload served.
 func TestSettingsReloadFansOutHandEditsInOrder(t *testing.T) {
 	const ns = "user/alice"
-	dir := t.TempDir()
-	cfg, path := filepath.Join(dir, "stated.toml"), filepath.Join(dir, "state-store.db")
-	s := openAt(t, path, settingsOpts(cfg, ns))
+	s, cfg, path := openSettingsT(t, ns)
 	mustPut(t, s, alice, prefsPut(ns, "a", "ui"))
 	mustPut(t, s, alice, prefsPut(ns, "b", "tv"))
 	mustPut(t, s, alice, prefsPut(ns, "c", "radio"))
@@ -119,9 +117,7 @@ func TestSettingsReloadFansOutHandEditsInOrder(t *testing.T) {
 // a compare-and-set against the old revision fails CONFLICT, and the file keeps the edit.
 func TestSettingsWriteAfterAHandEditKeepsTheEdit(t *testing.T) {
 	const ns = "user/alice"
-	dir := t.TempDir()
-	cfg, path := filepath.Join(dir, "stated.toml"), filepath.Join(dir, "state-store.db")
-	s := openAt(t, path, settingsOpts(cfg, ns))
+	s, cfg, path := openSettingsT(t, ns)
 	prefs := mustPut(t, s, alice, prefsPut(ns, "prefs", "ui"))
 	_, ch := watchT(t, s, alice, "w", ns, "")
 
@@ -387,9 +383,7 @@ func TestSettingsSaveThatLandedAfterAHandEditPutsTheEditBack(t *testing.T) {
 // the file's revisions above every one served: the same content is never served at two revisions.
 func TestSettingsReloadedEntryKeepsItsRevisionAcrossARestart(t *testing.T) {
 	const ns = "user/alice"
-	dir := t.TempDir()
-	cfg, path := filepath.Join(dir, "stated.toml"), filepath.Join(dir, "state-store.db")
-	s := openAt(t, path, settingsOpts(cfg, ns))
+	s, cfg, path := openSettingsT(t, ns)
 	mustPut(t, s, alice, prefsPut(ns, "prefs", "ui"))
 	editSettings(t, cfg, ns, func(st *SettingsState) {
 		st.Revision, st.Entries[0].Revision, st.Entries[0].Document = 50, 50, []byte(`{"kind":"tv"}`)
