@@ -309,15 +309,9 @@ func TestE2ECachesAcrossKillsOnAnExternalNATS(t *testing.T) {
 	prefixes := []string{"a/", "b/"}
 	reader := devClient(t, url, WithRequestTimeout(time.Second))
 	writer := devClient(t, url, WithRequestTimeout(time.Second))
-	type watched struct {
-		k      *Cache
-		prefix string
-		r      *recorder
-		mark   *handlerWatermark
-	}
-	var caches []watched
+	var caches []watchedCache
 	for i := range 4 {
-		w := watched{prefix: prefixes[i%len(prefixes)], r: newRecorder(), mark: &handlerWatermark{}}
+		w := watchedCache{prefix: prefixes[i%len(prefixes)], r: newRecorder(), mark: &handlerWatermark{}}
 		w.k = newCache(t, reader, CacheOptions{Namespace: ns, KeyPrefix: w.prefix, CheckInterval: 100 * time.Millisecond,
 			ResyncBackoff: 20 * time.Millisecond, Handlers: w.mark.wrap(w.r.handlers())})
 		caches = append(caches, w)
@@ -342,29 +336,45 @@ func TestE2ECachesAcrossKillsOnAnExternalNATS(t *testing.T) {
 		for _, p := range prefixes {
 			last[p] = retry(t, ctx, "sentinel", func() (uint64, error) { return put(p + "sentinel") })
 		}
-		for i, w := range caches {
-			if err := w.k.WaitForRevision(ctx, last[w.prefix]); err != nil {
-				t.Fatalf("round %d cache %d: WaitForRevision(%d): %v (at %d)", round, i, last[w.prefix], err, w.k.Revision())
-			}
-			if got := w.mark.get(); got < last[w.prefix] {
-				t.Fatalf("round %d cache %d: WaitForRevision(%d) returned with the handlers at %d", round, i, last[w.prefix], got)
-			}
-			want, _ := listAll(t, writer, ns, w.prefix)
-			got := w.k.List()
-			replayed := w.r.replay(t)
-			if len(got) != len(want) || len(replayed) != len(want) {
-				t.Fatalf("round %d cache %d (%s): cache %v, handlers %d entries, store %v", round, i, w.prefix, keys(got), len(replayed), keys(want))
-			}
-			for j, e := range want {
-				if h := replayed[e.Key]; !entryEqual(got[j], e) || !entryEqual(h, e) {
-					t.Fatalf("round %d cache %d: cache %s, handlers %s, store %s", round, i, got[j].String(), h.String(), e.String())
-				}
-			}
-		}
+		checkSettled(t, ctx, round, caches, last, writer, ns)
 	}
 	for i, w := range caches {
 		if w.k.Resyncs() == 0 {
 			t.Errorf("cache %d never resynced across three kills", i)
+		}
+	}
+}
+
+// watchedCache is a cache under test: its key prefix, a recorder of its handlers' calls and the
+// revision its handlers have reached.
+type watchedCache struct {
+	k      *Cache
+	prefix string
+	r      *recorder
+	mark   *handlerWatermark
+}
+
+// checkSettled waits until each cache has reached last[its prefix], with its handlers, and checks
+// that the cache and the replay of its handlers' calls both equal the store's list of its prefix.
+func checkSettled(t *testing.T, ctx context.Context, round int, caches []watchedCache, last map[string]uint64, writer *Client, ns string) {
+	t.Helper()
+	for i, w := range caches {
+		if err := w.k.WaitForRevision(ctx, last[w.prefix]); err != nil {
+			t.Fatalf("round %d cache %d: WaitForRevision(%d): %v (at %d)", round, i, last[w.prefix], err, w.k.Revision())
+		}
+		if got := w.mark.get(); got < last[w.prefix] {
+			t.Fatalf("round %d cache %d: WaitForRevision(%d) returned with the handlers at %d", round, i, last[w.prefix], got)
+		}
+		want, _ := listAll(t, writer, ns, w.prefix)
+		got := w.k.List()
+		replayed := w.r.replay(t)
+		if len(got) != len(want) || len(replayed) != len(want) {
+			t.Fatalf("round %d cache %d (%s): cache %v, handlers %d entries, store %v", round, i, w.prefix, keys(got), len(replayed), keys(want))
+		}
+		for j, e := range want {
+			if h := replayed[e.Key]; !entryEqual(got[j], e) || !entryEqual(h, e) {
+				t.Fatalf("round %d cache %d: cache %s, handlers %s, store %s", round, i, got[j].String(), h.String(), e.String())
+			}
 		}
 	}
 }

@@ -70,15 +70,9 @@ func TestE2ECachesOnOneConnectionSurviveKillsAndRestarts(t *testing.T) {
 	const ns = "service/tx"
 	prefixes := []string{"p0/", "p1/", "p2/", "p3/"}
 	reader, writer := connect(), connect()
-	type watched struct {
-		k      *Cache
-		prefix string
-		r      *recorder
-		mark   *handlerWatermark
-	}
-	var caches []watched
+	var caches []watchedCache
 	for i := range 12 {
-		w := watched{prefix: prefixes[i%len(prefixes)], r: newRecorder(), mark: &handlerWatermark{}}
+		w := watchedCache{prefix: prefixes[i%len(prefixes)], r: newRecorder(), mark: &handlerWatermark{}}
 		k, err := reader.NewCache(ctx, CacheOptions{Namespace: ns, KeyPrefix: w.prefix, CheckInterval: 200 * time.Millisecond,
 			ResyncBackoff: 20 * time.Millisecond, Handlers: w.mark.wrap(w.r.handlers())})
 		if err != nil {
@@ -145,25 +139,7 @@ func TestE2ECachesOnOneConnectionSurviveKillsAndRestarts(t *testing.T) {
 		for _, p := range prefixes {
 			last[p] = retry(t, ctx, "sentinel", func() (uint64, error) { return put(p+"sentinel", nil) })
 		}
-		for i, w := range caches {
-			if err := w.k.WaitForRevision(ctx, last[w.prefix]); err != nil {
-				t.Fatalf("round %d cache %d: WaitForRevision(%d): %v (at %d)", round, i, last[w.prefix], err, w.k.Revision())
-			}
-			if got := w.mark.get(); got < last[w.prefix] {
-				t.Fatalf("round %d cache %d: WaitForRevision(%d) returned with the handlers at %d", round, i, last[w.prefix], got)
-			}
-			want, _ := listAll(t, writer, ns, w.prefix)
-			got := w.k.List()
-			replayed := w.r.replay(t)
-			if len(got) != len(want) || len(replayed) != len(want) {
-				t.Fatalf("round %d cache %d (%s): cache %v, handlers %d entries, store %v", round, i, w.prefix, keys(got), len(replayed), keys(want))
-			}
-			for j, e := range want {
-				if h := replayed[e.Key]; !entryEqual(got[j], e) || !entryEqual(h, e) {
-					t.Fatalf("round %d cache %d: cache %s, handlers %s, store %s", round, i, got[j].String(), h.String(), e.String())
-				}
-			}
-		}
+		checkSettled(t, ctx, round, caches, last, writer, ns)
 	}
 	// Close while stated is away: bounded by the request timeout of the unwatch.
 	s.Kill()
