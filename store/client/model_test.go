@@ -1026,6 +1026,9 @@ func runCacheModel(t *testing.T, m modelBackend, kinds []int, rounds int) {
 			// check or a reconnect.
 			crash, cut := rng.IntN(2) == 0, rng.IntN(2) == 0
 			disruptions = append(disruptions, fmt.Sprintf("restore (crash %v, cut %v)", crash, cut))
+			// The waits begun across earlier restarts end first (each with nil, in their epoch): a
+			// cache slow to confirm one would otherwise have it voided by this restore.
+			waiting.Wait()
 			markAll(round, "restore", all)
 			if cut {
 				link.Cut()
