@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -227,5 +228,39 @@ func TestExpireByTestClock(t *testing.T) {
 	}
 	if st := s.Stats(); st.TotalBytes != 0 || st.LiveNamespaces != 0 {
 		t.Fatalf("counters after expiry %+v", st)
+	}
+}
+
+// TestExpiryAfterWallClockStep: lease deadlines are wall-clock milliseconds, while the committer's
+// timer waits in elapsed time. A wall clock stepped past a deadline (a VM resumed, an NTP step) must
+// not leave the entry live until the timer armed before the step ends: the committer looks at the
+// clock again at least every expiryPoll, so the EXPIRE comes with nothing else waking it.
+func TestExpiryAfterWallClockStep(t *testing.T) {
+	opts, clk := withClock(DefaultOptions())
+	s, _ := openT(t, opts)
+	const ns = "service/tx"
+	_, ch := watchT(t, s, admin, "w", ns, "leases/")
+	e := mustPut(t, s, admin, ttlPut(ns, "leases/a", time.Hour.Milliseconds()))
+	if m := recv(t, ch); m.Event == nil || m.Event.Kind != wire.UpdatePut {
+		t.Fatalf("first update %+v", m)
+	}
+	// The committer has armed its timer for the deadline, an hour of elapsed time away.
+	deadline := time.Now().Add(testTimeout)
+	for {
+		s.mu.RLock()
+		armed := s.armedAtMs
+		s.mu.RUnlock()
+		if armed == e.ExpiresAtMs {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the committer armed for %d, want the lease deadline %d", armed, e.ExpiresAtMs)
+		}
+		runtime.Gosched()
+	}
+	clk.advance(2 * time.Hour) // no poke, no write: only the committer's own timer can notice
+	m := recv(t, ch)
+	if m.Event == nil || m.Event.Kind != wire.UpdateExpire || m.Event.Key != "leases/a" || m.Event.Revision != e.Revision+1 {
+		t.Fatalf("update after the clock stepped past the deadline %+v", m)
 	}
 }
