@@ -85,3 +85,36 @@ func pointAt(t *testing.T, f *fixture, variant string) {
 		t.Fatal(err)
 	}
 }
+
+// The holder dies while its status says pending (its source is offline: nothing published), and then
+// the coordinator withdraws the intent: the standby, once the dead holder's lease has expired, says
+// stopped in its place. Nobody did: the withdrawn intent's status went on saying that the dead
+// worker was waiting for its source.
+func TestWithdrawnAfterAPendingHolderDiedSaysStopped(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	if err := f.Sim.SetOnline(src, false); err != nil {
+		t.Fatal(err)
+	}
+	kill := startTx1(t, f)
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "tx-1 pending", func() bool {
+		st := f.statusOf(t, key)
+		return strings.Contains(st, `"state":"pending"`) && strings.Contains(st, `"holder":"tx-1"`)
+	})
+	kill()
+	standbyOf(t, f)
+	if _, err := f.Coord.SetDesired(t.Context(), ns, key, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "the status says stopped", func() bool {
+		return strings.Contains(f.statusOf(t, key), `"state":"stopped"`)
+	})
+	waitFor(t, 10*time.Second, "the lease released", func() bool {
+		return f.leaseGone(t, transcode.LeaseKey(reconciler.MediaIntent{SourceID: src, MediaKind: "video", VariantID: variant}))
+	})
+	if pubs := f.Sim.Publications(); len(pubs) != 0 {
+		t.Fatalf("publications %+v, want none", pubs)
+	}
+}

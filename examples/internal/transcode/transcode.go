@@ -7,7 +7,8 @@
 // publication whose holder died before it saw its intent withdrawn or changed is stopped, once that
 // holder's lease has expired, by a worker that saw the change (see examples/transcoder/README.md),
 // or that started after it and finds the old output in the store (its lease, or the intent's
-// status). A lease is acted on only while the intent it was claimed for is the store's.
+// status); a pending or failed status such a holder left, having published nothing, is said stopped
+// the same way. A lease is acted on only while the intent it was claimed for is the store's.
 package transcode
 
 import (
@@ -455,7 +456,7 @@ const (
 
 // stopOrphan stops the publication that a gone holder of out left for the intent key: a holder
 // killed (or stalled past its lease) before it saw the intent withdrawn, deleted or pointed at
-// another output. It reports whether nothing is left to do: there was no such publication (and
+// another output; a pending or failed status it left with nothing published is said stopped. It reports whether nothing is left to do: there was no such publication (and
 // out's lease is not held for the intent: its holder may yet report one), or it is stopped, or out's
 // lease serves another intent. false means out's lease is still held for this intent (by a live
 // holder, which stops its publication itself, or a dead one whose lease has not expired yet), or the
@@ -489,6 +490,13 @@ func (t *Transcoder) stopOrphan(ctx context.Context, key string, out output) boo
 	orphan := func(st reconciler.ObservedStatus) bool {
 		return st.PublicationID != "" && st.State != reconciler.StateStopped && st.VariantID == out.variantID
 	}
+	// Nor is a report of out's variant by a holder that published nothing (pending on its source,
+	// failed on the media server's refusal): what it says is over once the holder is gone, and the
+	// intent's status would say it for good.
+	leftOver := func(st reconciler.ObservedStatus) bool {
+		return orphan(st) || st.Holder != "" && st.VariantID == out.variantID &&
+			(st.State == reconciler.StatePending || st.State == reconciler.StateFailed)
+	}
 	// The lease first, then the status: a holder reports what it published before its lease can
 	// go, so a status read once the lease is gone names whatever it left.
 	held, err := t.leaseHeldFor(ctx, out.leaseKey, key)
@@ -497,7 +505,7 @@ func (t *Transcoder) stopOrphan(ctx context.Context, key string, out output) boo
 	}
 	if st, _, ok, err := read(ctx); err != nil {
 		return false
-	} else if !ok || !orphan(st) {
+	} else if !ok || !leftOver(st) {
 		// The usual case: the holder let go and reported it, or nothing was published. But while
 		// out's lease is still held for the intent, its holder may be starting the publication (a
 		// slow media server) and die before it reports it: the status says nothing yet, and an
@@ -523,23 +531,28 @@ func (t *Transcoder) stopOrphan(ctx context.Context, key string, out output) boo
 	if err != nil {
 		return false
 	}
-	if !ok || !orphan(st) {
+	if !ok || !leftOver(st) {
 		return true
 	}
 	if other, err := t.otherOutputHeld(ctx, key, out.leaseKey); err != nil || other {
 		return err == nil // the status may be the other output's holder's; an unread lease list says nothing
 	}
-	if err := t.cmds.StopPublication(ctx, st.PublicationID); err != nil && !errors.Is(err, capabilities.ErrPublicationNotFound) {
-		t.cfg.Logger.Warn("orphaned publication: stop", "intent", key, "publication", st.PublicationID, "err", err)
-		return false
+	msg := st.Holder + ", which is gone, had published nothing"
+	if orphan(st) {
+		if err := t.cmds.StopPublication(ctx, st.PublicationID); err != nil && !errors.Is(err, capabilities.ErrPublicationNotFound) {
+			t.cfg.Logger.Warn("orphaned publication: stop", "intent", key, "publication", st.PublicationID, "err", err)
+			return false
+		}
+		t.event("publication stopped", key, "%s, left by %s", st.PublicationID, st.Holder)
+		msg = "publication " + st.PublicationID + " of " + st.Holder + ", which is gone, stopped"
 	}
-	t.event("publication stopped", key, "%s, left by %s", st.PublicationID, st.Holder)
 	expected := int64(rev)
 	if _, err := l.Put(ctx, wire.PutRequest{Key: stKey, Schema: reconciler.ObservedStatusSchema, ExpectedRevision: &expected,
 		Document: reconciler.ObservedStatus{SubjectKey: key, State: reconciler.StateStopped, ObservedAtMs: time.Now().UnixMilli(),
-			Holder: t.cfg.WorkerID, VariantID: out.variantID,
-			Message: "publication " + st.PublicationID + " of " + st.Holder + ", which is gone, stopped"}.Document()}); err != nil {
+			Holder: t.cfg.WorkerID, VariantID: out.variantID, Message: msg}.Document()}); err != nil {
 		t.cfg.Logger.Debug("orphaned publication: status not written", "intent", key, "err", err)
+	} else {
+		t.event("status", key, "%s (%s)", reconciler.StateStopped, msg)
 	}
 	t.mu.Lock()
 	delete(t.lastStatus, key) // written by this worker outside any binding: the next one writes afresh
