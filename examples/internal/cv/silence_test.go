@@ -114,7 +114,9 @@ func TestCVWarnsOncePerUnansweredUnsubscribe(t *testing.T) {
 	if _, err := f.Coord.SetDesired(t.Context(), cvNS, intent, false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "three unanswered unsubscribes", func() bool { return tap.Count("unsubscribe", slog.LevelDebug) >= 3 })
+	if !simtest.Within(15*time.Second, func() bool { return tap.Count("unsubscribe", slog.LevelDebug) >= 3 }) {
+		t.Fatalf("three unanswered unsubscribes: not within 15s; the worker logged:\n%s", tap)
+	}
 	if n := tap.Count("unsubscribe", slog.LevelWarn); n != 1 {
 		t.Errorf("%d warnings for one unanswered unsubscribe, want 1", n)
 	}

@@ -5,8 +5,10 @@ package simtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -79,13 +81,22 @@ func Run(t *testing.T, run func(context.Context) error) (stop func()) {
 // WaitFor polls cond (the simulator's state has no events to await) until it holds, for at most d.
 func WaitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !Within(d, cond) {
+		t.Fatalf("%s: not within %v", what, d)
+	}
+}
+
+// Within reports whether cond holds within d, looking every 20 ms: WaitFor for a test that says more
+// when it does not.
+func Within(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
 }
 
 // Gate is the media server's network: cut, its connection drops and no reconnect gets through until
@@ -192,10 +203,12 @@ type LogTap struct {
 	records []LogRecord
 }
 
-// LogRecord is a record LogTap kept: its level and message.
+// LogRecord is a record LogTap kept: its time, level, message and attributes.
 type LogRecord struct {
+	Time  time.Time
 	Level slog.Level
 	Msg   string
+	Attrs string // key=value ..., as a text handler writes them
 }
 
 // Enabled is true for every level: repeats logged at Debug are what a test counts.
@@ -205,8 +218,24 @@ func (*LogTap) Enabled(context.Context, slog.Level) bool { return true }
 func (l *LogTap) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.records = append(l.records, LogRecord{r.Level, r.Message})
+	var attrs strings.Builder
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&attrs, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	l.records = append(l.records, LogRecord{r.Time, r.Level, r.Message, strings.TrimSpace(attrs.String())})
 	return nil
+}
+
+// String is every record kept, one a line: what a failing test shows of what the worker said.
+func (l *LogTap) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b strings.Builder
+	for _, r := range l.records {
+		fmt.Fprintf(&b, "%s %s %s %s\n", r.Time.Format("15:04:05.000"), r.Level, r.Msg, r.Attrs)
+	}
+	return b.String()
 }
 
 // WithAttrs returns l: the attributes are not kept.
