@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/keeppeek/coordination/internal/bench"
+	"github.com/keeppeek/coordination/internal/natsurl"
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -27,7 +28,12 @@ const (
 	exitUsage       = 2
 	exitConnection  = 3 // no connection, wrong credentials, no reply in time
 	exitInterrupted = 130
+	exitOutputGone  = 141 // 128 + SIGPIPE: what a write to the gone reader would have ended with
 )
+
+// errOutputGone ends a watch whose output pipe lost its reader. statectl then exits
+// exitOutputGone without a word, as a process killed by SIGPIPE does: there is nobody to tell.
+var errOutputGone = errors.New("the reader of the output went away")
 
 // Defaults of the global flags.
 const (
@@ -139,6 +145,9 @@ type app struct {
 	stdin          io.Reader
 	stdout         io.Writer
 	stderr         io.Writer
+	// stdoutFile is the file behind stdout when there is one (the process's), so that watch can
+	// notice that the reader of a pipe went away; nil otherwise.
+	stdoutFile *os.File
 
 	// left says what the command leaves behind if a second interrupt abandons it (see
 	// runInterruptible); "" for nothing worth saying.
@@ -400,7 +409,13 @@ func (a *app) report(err error) int {
 	if err == nil || errors.Is(err, errHelp) {
 		return exitOK
 	}
+	if errors.Is(err, errOutputGone) {
+		return exitOutputGone
+	}
 	code, label, msg := classify(err)
+	// A connection error names the --nats-url it was given, login included: not on stderr, which
+	// a CI job's log keeps.
+	msg = natsurl.RedactIn(msg, a.g.natsURL)
 	fmt.Fprintf(a.stderr, "statectl: %s: %s\n", label, msg)
 	return code
 }

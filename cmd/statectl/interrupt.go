@@ -16,6 +16,9 @@ import (
 func runInterruptible(sigs <-chan os.Signal, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	out, errw := &gatedWriter{w: stdout}, &gatedWriter{w: stderr}
 	a := &app{stdin: stdin, stdout: out, stderr: errw}
+	if f, ok := stdout.(*os.File); ok {
+		a.stdoutFile = f
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)

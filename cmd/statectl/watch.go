@@ -45,6 +45,11 @@ func (a *app) cmdWatch(ctx context.Context, cmd *command, args []string) error {
 		defer cancel()
 		a.requestTimeout = defaultTimeout
 	}
+	// A pipe whose reader went away (`| head -1`) ends the watch, even when it has nothing to print
+	// (which would end it with SIGPIPE): the shell waits for it to end the pipeline.
+	wctx, stopWatch := context.WithCancelCause(wctx)
+	defer stopWatch(nil)
+	onReaderGone(wctx, a.stdoutFile, func() { stopWatch(errOutputGone) })
 	cn, err := a.connect()
 	if err != nil {
 		return err
@@ -52,10 +57,19 @@ func (a *app) cmdWatch(ctx context.Context, cmd *command, args []string) error {
 	defer cn.close()
 	w.cn, w.c = cn, cn.c
 	a.setLeftBehind("the watch stays registered on the server until it closes it for want of acks (ACK_TIMEOUT)")
-	if err := w.run(wctx); err != nil {
+	err = w.run(wctx)
+	if errors.Is(context.Cause(wctx), errOutputGone) {
+		return errOutputGone // the watch was unwatched; whatever else went wrong, nobody reads it
+	}
+	if err != nil {
 		return err
 	}
-	if w.count > 0 && w.printed < w.count && ctx.Err() == nil {
+	if w.count > 0 && w.printed < w.count {
+		if ctx.Err() != nil {
+			// The count is the answer a script waits for: an interrupt before it is no success.
+			return &cliError{code: exitInterrupted, label: "INTERRUPTED",
+				err: fmt.Errorf("watch: interrupted after %d of %d messages", w.printed, w.count)}
+		}
 		return &cliError{code: exitFailure, label: "TIMEOUT",
 			err: fmt.Errorf("watch: %d of %d messages within --timeout %v", w.printed, w.count, a.g.timeout)}
 	}

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	neturl "net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -28,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/keeppeek/coordination/internal/natsserver"
+	"github.com/keeppeek/coordination/internal/natsurl"
 	"github.com/keeppeek/coordination/internal/settingsfile"
 	"github.com/keeppeek/coordination/store"
 	"github.com/keeppeek/coordination/store/server"
@@ -291,7 +291,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	if err != nil {
 		st.Close()
 		shutdownNATS()
-		return fmt.Errorf("connect to NATS at %s: %w", redactURL(url), err)
+		return fmt.Errorf("connect to NATS at %s: %w", natsurl.Redact(url), err)
 	}
 	sopts := server.Options{Prefix: cfg.SubjectPrefix, Principals: cfg.PolicyPrincipals(), BackupDir: filepath.Join(cfg.DataDir, "backups"),
 		Version: strings.TrimPrefix(Version(), "v"), Logger: logger, Metrics: metrics, SweepInterval: time.Duration(cfg.NATS.WatchSweepMs) * time.Millisecond}
@@ -318,7 +318,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		logger.Warn("NO PRINCIPALS CONFIGURED: running one admin principal \"dev\" that connects WITHOUT credentials. " +
 			"Fine on a laptop; configure [[principals]] before anyone else can reach this NATS server.")
 	}
-	logger.Info("stated ready", "nats", redactURL(url), "http", "http://"+ln.Addr().String(), "data", cfg.DatabasePath(),
+	logger.Info("stated ready", "nats", natsurl.Redact(url), "http", "http://"+ln.Addr().String(), "data", cfg.DatabasePath(),
 		"principals", len(cfg.PolicyPrincipals()), "epoch", st.Info().Epoch, "version", Version())
 
 	activity := srv.Activity
@@ -578,42 +578,6 @@ func reloadSettings(cfg *Config, st *store.Store, logger *slog.Logger) bool {
 	}
 	logger.Info("SIGHUP: settings reloaded", "changes", len(changes))
 	return true
-}
-
-// redactURL is a NATS URL (or a comma-separated list of them) as stated names it in its log and
-// errors: without the login it may carry (nats://user:password@host, or nats://token@host), which
-// would otherwise be written wherever the log goes.
-func redactURL(s string) string {
-	parts := strings.Split(s, ",")
-	for i, p := range parts {
-		u, err := neturl.Parse(strings.TrimSpace(p))
-		switch {
-		case err != nil:
-			// Not parsed, so not known to hold no login: everything before its last @ goes.
-			if at := strings.LastIndex(p, "@"); at >= 0 {
-				scheme, _, found := strings.Cut(p, "://")
-				if !found {
-					scheme = ""
-				} else {
-					scheme += "://"
-				}
-				parts[i] = scheme + "xxxxx" + p[at:]
-			}
-		case u.User == nil:
-		case hasPassword(u.User):
-			u.User = neturl.UserPassword(u.User.Username(), "xxxxx")
-			parts[i] = u.String()
-		default:
-			u.User = neturl.User("xxxxx") // a user without a password is a token
-			parts[i] = u.String()
-		}
-	}
-	return strings.Join(parts, ",")
-}
-
-func hasPassword(u *neturl.Userinfo) bool {
-	_, ok := u.Password()
-	return ok
 }
 
 // trimWhenIdle calls trim, which returns freed memory to the operating system, once activity has not

@@ -1,0 +1,39 @@
+package natsurl
+
+import "testing"
+
+// A NATS URL's login (user and password, or a token) is hidden; the rest of it is kept.
+func TestRedact(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                                "",
+		"nats://127.0.0.1:4222":           "nats://127.0.0.1:4222",
+		"nats://stated:pw@127.0.0.1:4222": "nats://stated:xxxxx@127.0.0.1:4222",
+		"nats://s3cr3t-token@nats:4222":   "nats://xxxxx@nats:4222",
+		"nats://a:pw@n1:4222,nats://b:pw2@n2:4222":       "nats://a:xxxxx@n1:4222,nats://b:xxxxx@n2:4222",
+		"nats://u:p%zz@n1:4222":                          "nats://xxxxx@n1:4222",
+		"tls://stated:pw@nats.example:4443, nats://n2:1": "tls://stated:xxxxx@nats.example:4443, nats://n2:1",
+		"nats://n1:1, nats://b:pw@n2:2":                  "nats://n1:1, nats://b:xxxxx@n2:2",
+		"nats://h:%zz":                                   "nats://h:%zz", // not parsed, and no login
+		"u:pw@h:1":                                       "xxxxx@h:1",    // no scheme: nats.go still reads a login
+	} {
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// An error that names the URLs it was given names them without their logins.
+func TestRedactIn(t *testing.T) {
+	for _, c := range []struct{ urls, msg, want string }{
+		{"nats://u:pw@h:1", "connect nats://u:pw@h:1 as u: x", "connect nats://u:xxxxx@h:1 as u: x"},
+		{"nats://tok@h:1", "connect nats://tok@h:1: x", "connect nats://xxxxx@h:1: x"},
+		{"u:pw@h:1", "connect u:pw@h:1: x", "connect xxxxx@h:1: x"},
+		{"nats://a:p1@h:1, nats://b:p2@h:2", "connect nats://a:p1@h:1, nats://b:p2@h:2: x", "connect nats://a:xxxxx@h:1, nats://b:xxxxx@h:2: x"},
+		{"nats://u:p%zz@h:1", "connect nats://u:p%zz@h:1: x", "connect nats://xxxxx@h:1: x"},
+		{"nats://h:1", "connect nats://h:1: x", "connect nats://h:1: x"},
+	} {
+		if got := RedactIn(c.msg, c.urls); got != c.want {
+			t.Errorf("RedactIn(%q, %q) = %q, want %q", c.msg, c.urls, got, c.want)
+		}
+	}
+}
