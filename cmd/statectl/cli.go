@@ -48,15 +48,19 @@ type globals struct {
 	natsURL  string
 	user     string
 	password string
-	prefix   string
-	timeout  time.Duration
-	json     bool
+	// nkey is the file of the principal's nkey seed (SPEC 14: a principal may be authenticated by
+	// an nkey instead of a password); "" for none.
+	nkey    string
+	prefix  string
+	timeout time.Duration
+	json    bool
 	// timeoutSet is true when --timeout was given on the command line (watch then stops after it).
 	timeoutSet bool
 	// envUser is the user the environment names (STATECTL_USER, or the default), the one
 	// STATECTL_PASSWORD belongs to; passwordSet is true when --password was given on the command line.
 	envUser     string
 	passwordSet bool
+	nkeySet     bool
 	// envPasswordDropped is true when STATECTL_PASSWORD was not sent because --user named another
 	// principal (a connection error then says so).
 	envPasswordDropped bool
@@ -68,6 +72,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.natsURL, "nats-url", g.natsURL, "NATS server URL")
 	fs.StringVar(&g.user, "user", g.user, "principal")
 	fs.StringVar(&g.password, "password", g.password, "password")
+	fs.StringVar(&g.nkey, "nkey", g.nkey, "file of the principal's nkey seed")
 	fs.StringVar(&g.prefix, "prefix", g.prefix, "subject prefix")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "request timeout")
 	fs.BoolVar(&g.json, "json", g.json, "print wire JSON")
@@ -84,6 +89,7 @@ func (g *globals) fromEnv(getenv func(string) string) error {
 	}
 	g.envUser = g.user
 	g.password = getenv("STATECTL_PASSWORD")
+	g.nkey = getenv("STATECTL_NKEY")
 	if v := getenv("STATECTL_PREFIX"); v != "" {
 		g.prefix = v
 	}
@@ -109,6 +115,7 @@ func (g *globals) seen(fs *flag.FlagSet) {
 	fs.Visit(func(f *flag.Flag) {
 		g.timeoutSet = g.timeoutSet || f.Name == "timeout"
 		g.passwordSet = g.passwordSet || f.Name == "password"
+		g.nkeySet = g.nkeySet || f.Name == "nkey"
 	})
 }
 
@@ -118,6 +125,9 @@ func (g *globals) seen(fs *flag.FlagSet) {
 func (g *globals) resolveCredentials() {
 	if !g.passwordSet && g.user != g.envUser && g.password != "" {
 		g.password, g.envPasswordDropped = "", true
+	}
+	if !g.nkeySet && g.user != g.envUser && g.nkey != "" {
+		g.nkey, g.envPasswordDropped = "", true // STATECTL_NKEY is the environment's user's too
 	}
 }
 
@@ -132,6 +142,14 @@ func (g *globals) validate() error {
 		return usageErrorf("--prefix %q is not a subject prefix", g.prefix)
 	case g.timeout <= 0:
 		return usageErrorf("--timeout must be positive, got %v", g.timeout)
+	case g.nkey != "" && g.passwordSet:
+		return usageErrorf("--nkey and --password are two ways to authenticate: give one")
+	}
+	if g.nkey != "" {
+		// Read now, so that a wrong path is a usage error naming the file, not a refused login.
+		if _, err := nats.NkeyOptionFromSeed(g.nkey); err != nil {
+			return usageErrorf("--nkey %s: %v", g.nkey, err)
+		}
 	}
 	return nil
 }
@@ -369,13 +387,21 @@ func (a *app) connect() (*conn, error) {
 			}
 		}),
 	}
-	// The user goes with or without a password: a server without authorization ignores it, and one
-	// with a password-less user needs it.
-	opts = append(opts, nats.UserInfo(a.g.user, a.g.password))
+	if a.g.nkey != "" {
+		o, err := nats.NkeyOptionFromSeed(a.g.nkey)
+		if err != nil {
+			return nil, usageErrorf("--nkey %s: %v", a.g.nkey, err)
+		}
+		opts = append(opts, o)
+	} else {
+		// The user goes with or without a password: a server without authorization ignores it, and
+		// one with a password-less user needs it.
+		opts = append(opts, nats.UserInfo(a.g.user, a.g.password))
+	}
 	nc, err := client.Connect(a.g.natsURL, a.g.user, opts...)
 	if err != nil {
 		if a.g.envPasswordDropped {
-			err = fmt.Errorf("%w (STATECTL_PASSWORD was not sent: it belongs to %s, the environment's user; give --password for %s)", err, a.g.envUser, a.g.user)
+			err = fmt.Errorf("%w (STATECTL_PASSWORD or STATECTL_NKEY was not sent: it belongs to %s, the environment's user; give --password or --nkey for %s)", err, a.g.envUser, a.g.user)
 		}
 		return nil, &cliError{code: exitConnection, label: "CONNECTION", err: err}
 	}

@@ -23,6 +23,8 @@ Global flags, before or after the command; each also from the environment:
   --password PW    its password ($STATECTL_PASSWORD; none for the dev principal; prefer the variable,
                    which is sent only for the user of $STATECTL_USER, or dev: a --user naming another
                    principal needs its own --password)
+  --nkey FILE      authenticate with the principal's nkey seed in FILE instead ($STATECTL_NKEY; the
+                   principal's configuration has nkey = "U..."; --user still names the principal)
   --prefix P       subject prefix ($STATECTL_PREFIX; default kp)
   --timeout D      how long a request may take ($STATECTL_TIMEOUT; default 5s)
   --json           print the wire JSON instead of tables ($STATECTL_JSON=true)
