@@ -46,10 +46,10 @@ func (e *Error) Error() string {
 }
 
 // Is reports whether target is a *Error with the same code, so errors.Is(err, ErrPublicationConflict)
-// matches any conflict whatever its message.
+// matches any conflict whatever its message. A nil *Error target carries no code and matches nothing.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Code == e.Code
+	return ok && t != nil && t.Code == e.Code
 }
 
 // Sentinels for errors.Is; they compare by code only.

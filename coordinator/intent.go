@@ -47,9 +47,11 @@ func SubscribeIntent(sourceID, mediaKind string) MediaIntent {
 // (INVALID_ARGUMENT otherwise), not system (PERMISSION_DENIED: nobody writes it), of a kind that
 // holds intents (service/<id> or user/<id>), and a document that matches keeppeek.media-intent.v1 and
 // passes the content guard (SCHEMA_INVALID otherwise, the registry's *wire.Error). It answers as a
-// write would, in the server's order, but cannot know the principal's admin right: a write the
-// namespace policy refuses it (service/<id> by a non-admin, say) is still PERMISSION_DENIED by the
-// server. Parameters entries that are nil are left out, as a write leaves them out.
+// write would, in the server's order, but cannot know the principal's admin right nor the server's
+// max_document_bytes: a write the namespace policy refuses it (service/<id> by a non-admin, say) is
+// still PERMISSION_DENIED by the server, and a document over the server's bound is TOO_LARGE there
+// (before its schema is looked at), while here it is SCHEMA_INVALID if it also breaks the schema and
+// passes otherwise. Parameters entries that are nil are left out, as a write leaves them out.
 func (c *Coordinator) ValidateIntent(namespace string, in MediaIntent) error {
 	if !wire.ValidNamespace(namespace) {
 		return wire.Errorf(wire.CodeInvalidArgument, "invalid namespace %q", namespace)
@@ -141,10 +143,12 @@ func (c *Coordinator) UpdateIntent(ctx context.Context, namespace, key string, f
 	})
 }
 
-// SetDesired sets the desired flag of the intent at namespace/key and keeps everything else as
-// stored, with UpdateIntent (so a concurrent change of another field is not lost). A missing intent
-// is wire.ErrNotFound; an intent that already has the flag is not written again (whoever wrote it,
-// however its JSON is spelled, with its lease if it has one) and its entry is returned as stored.
+// SetDesired sets the desired flag of the intent at namespace/key and keeps every other field of
+// the document as stored, with UpdateIntent (so a concurrent change of another field is not lost).
+// The write, as every UpdateIntent write, carries no lease: an intent stored with a TTL that SetDesired
+// changes no longer expires. A missing intent is wire.ErrNotFound; an intent that already has the
+// flag is not written again (whoever wrote it, however its JSON is spelled, with its lease if it has
+// one) and its entry is returned as stored.
 func (c *Coordinator) SetDesired(ctx context.Context, namespace, key string, desired bool) (wire.Entry, error) {
 	return c.UpdateIntent(ctx, namespace, key, func(cur *MediaIntent) (*MediaIntent, error) {
 		if cur == nil {

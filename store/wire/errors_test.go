@@ -209,3 +209,16 @@ func TestErrorResult(t *testing.T) {
 		t.Errorf("Marshal = %s, want %s", b, want)
 	}
 }
+
+// errors.Is with a typed nil *Error target (a variable of that type never set) answers false; it
+// used to dereference the nil target and panic.
+func TestErrorIsWithANilTarget(t *testing.T) {
+	var target *wire.Error
+	err := fmt.Errorf("x: %w", wire.Errorf(wire.CodeConflict, "c"))
+	if errors.Is(err, target) {
+		t.Fatal("a conflict matched a nil *Error")
+	}
+	if !errors.Is(err, wire.ErrConflict) {
+		t.Fatal("a conflict does not match ErrConflict")
+	}
+}
