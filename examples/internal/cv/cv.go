@@ -4,6 +4,12 @@
 // is READY, and emits validated (simulated) detection events to its log. Event truth belongs to an event
 // catalog, not to state entries, so events are never written to the store. Health is reported
 // separately, by the worker runtime.
+//
+// The intent's observed status (status/<the intent key without intents/>, guarded by the lease) names
+// the holder and its subscription: the media server does not end a subscription whose subscriber died,
+// so the status is what lets another worker (the standby that claims the lease next, or any worker that
+// sees the intent withdrawn or deleted, a restarted one of the same id included) end the subscription a
+// killed holder left, once its lease has expired, and say stopped in its place.
 package cv
 
 import (
@@ -22,6 +28,7 @@ import (
 	"github.com/keeppeek/coordination/examples/internal"
 	"github.com/keeppeek/coordination/lease"
 	"github.com/keeppeek/coordination/reconciler"
+	"github.com/keeppeek/coordination/store/wire"
 	"github.com/keeppeek/coordination/worker"
 )
 
@@ -77,7 +84,11 @@ type Worker struct {
 
 	mu     sync.Mutex
 	active map[string]*job
-	wg     sync.WaitGroup
+	// settled holds, per unwanted intent (withdrawn, its model removed, invalid), the revision at which
+	// the store was found to hold nothing a gone holder left for it: looked at once per revision, not
+	// at every resync.
+	settled map[string]uint64
+	wg      sync.WaitGroup
 }
 
 type job struct {
@@ -88,11 +99,15 @@ type job struct {
 	// What the subscription is to, as the intent named it when it was made: an intent that now names
 	// another source, stream or variant (an empty variant_id is the stream's own) ends it.
 	sourceID, streamID, variantID string
+	gotVariant                    string // the variant the media server gave the subscription
 	stop                          context.CancelFunc
 	// unanswered is set while the withdrawn intent's unsubscribe reaches nobody: the first such
 	// unsubscribe is warned of (and told), the repeats, one a second for as long as the media server
 	// is silent, are logged at Debug, and the answer that ends the outage is told at Info.
 	unanswered bool
+	// reported is what the last status written for the job said (statusSig), so that a look that
+	// finds nothing changed writes nothing; "" when none was written (or the write failed).
+	reported string
 }
 
 // New builds a CV worker.
@@ -128,7 +143,7 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Worker{cfg: cfg, ns: "service/" + cfg.Service, w: w, cmds: cmds, active: map[string]*job{},
+	c := &Worker{cfg: cfg, ns: "service/" + cfg.Service, w: w, cmds: cmds, active: map[string]*job{}, settled: map[string]uint64{},
 		tracker: internal.NewTracker(cfg.Conn, cfg.Capabilities, cfg.Logger)}
 	changed, _ := c.tracker.Subscribe()
 	c.ctrl, err = reconciler.New(w.Client(), c, reconciler.Options{Namespace: c.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
@@ -139,6 +154,7 @@ func New(cfg Config) (*Worker, error) {
 	w.Add(c.tracker)
 	w.Add(stopper{c})
 	w.Add(c.ctrl)
+	w.Go("sweep", c.sweep)
 	return c, nil
 }
 
@@ -161,8 +177,8 @@ func (s stopper) Stop() {
 	s.c.active = map[string]*job{}
 	s.c.mu.Unlock()
 	var wg sync.WaitGroup
-	for _, j := range jobs {
-		wg.Go(func() { s.c.end(context.Background(), j) })
+	for key, j := range jobs {
+		wg.Go(func() { s.c.end(context.Background(), key, j, "worker stopping") })
 	}
 	wg.Wait()
 	s.c.wg.Wait()
@@ -171,17 +187,139 @@ func (s stopper) Stop() {
 // endRetry is how long a job whose unsubscribe reached nobody waits before it is sent again.
 const endRetry = time.Second
 
-// end lets a job go: its detections stop, its subscription ends, its lease is released. None of it is
-// abandoned when ctx ends (a stop that comes while an intent is let go): the job is no longer in
-// c.active, so nothing else would finish it. Each request is bounded by its client's timeout instead.
-func (c *Worker) end(ctx context.Context, j *job) {
+// end lets a job go: its detections stop, its subscription ends, its status says stopped, its lease
+// is released. None of it is abandoned when ctx ends (a stop that comes while an intent is let go):
+// the job is no longer in c.active, so nothing else would finish it. Each request is bounded by its
+// client's timeout instead. An unsubscribe that reaches nobody (a silent media server) leaves the
+// status naming the subscription: the next holder of the lease ends it.
+func (c *Worker) end(ctx context.Context, key string, j *job, why string) {
 	ctx = context.WithoutCancel(ctx)
 	j.stop()
+	ended := true
 	if j.subscriptionID != "" {
-		_ = c.cmds.Unsubscribe(ctx, j.subscriptionID)
+		if err := c.cmds.Unsubscribe(ctx, j.subscriptionID); err != nil && !errors.Is(err, capabilities.ErrSubscriptionNotFound) {
+			c.cfg.Logger.Warn("unsubscribe; the status names the subscription for the next holder to end", "intent", key, "err", err)
+			ended = false
+		}
+	}
+	if ended && j.lease.Held() { // the status is the lease holder's to write
+		c.report(ctx, key, j, reconciler.ObservedStatus{State: reconciler.StateStopped, Message: why})
 	}
 	c.w.DropLease(j.lease.Key())
 	_ = j.lease.Release(ctx)
+}
+
+func leaseKey(intentKey string) string { return "leases/" + strings.TrimPrefix(intentKey, "intents/") }
+
+// statusSig is what a status says, without when.
+func statusSig(st reconciler.ObservedStatus) string {
+	return strings.Join([]string{string(st.State), st.SubscriptionID, st.VariantID, st.Message}, "|")
+}
+
+// report writes the job's status (st completed with the intent, the time and this worker as holder),
+// guarded by the job's lease, unless the last one written said the same. The write is not abandoned
+// when ctx ends: the store would still commit it.
+func (c *Worker) report(ctx context.Context, key string, j *job, st reconciler.ObservedStatus) {
+	st.SubjectKey, st.ObservedAtMs, st.Holder = key, time.Now().UnixMilli(), c.cfg.WorkerID
+	sig := statusSig(st)
+	if j.reported == sig {
+		return
+	}
+	j.reported = ""
+	if _, err := j.lease.Put(context.WithoutCancel(ctx), wire.PutRequest{Key: internal.StatusKey(key), Schema: reconciler.ObservedStatusSchema,
+		Document: st.Document()}); err != nil {
+		c.cfg.Logger.Debug("status not written", "intent", key, "state", st.State, "err", err)
+		return
+	}
+	j.reported = sig
+}
+
+// leftOver reports whether a status says a holder is at work on its intent (active, with the
+// subscription it made, or pending): once that holder is gone, its subscription is left on the media
+// server, and its words would stand for good.
+func leftOver(st reconciler.ObservedStatus) bool {
+	return st.Holder != "" && st.State != reconciler.StateStopped
+}
+
+// endLeftover ends what the status of an intent this worker holds no job for says a gone holder left
+// (a holder killed, or stalled past its lease, before it saw the intent withdrawn or deleted): the
+// subscription it names is ended and the status said stopped. It acts only as the holder of the
+// intent's lease, claimed create-only, so that a holder still alive (which ends its own job) is left
+// alone and at most one worker acts. done is true when nothing is left to do; otherwise the intent is
+// looked at again after the returned wait (the lease's TTL while it is held).
+func (c *Worker) endLeftover(ctx context.Context, key string) (done bool, again time.Duration, err error) {
+	st, _, ok, err := internal.ReadStatus(ctx, c.w.Client(), c.ns, key)
+	if err != nil {
+		return false, 0, err
+	}
+	if !ok || !leftOver(st) {
+		// Nothing reported. But while the lease is held, its holder may be subscribing (a slow media
+		// server) and die before it reports: looked at again once the lease can have gone.
+		_, err := c.w.Client().Get(ctx, c.ns, leaseKey(key))
+		switch {
+		case errors.Is(err, wire.ErrNotFound):
+			return true, 0, nil
+		case err != nil:
+			return false, 0, err
+		}
+		return false, c.cfg.LeaseTTL, nil
+	}
+	l, err := lease.Claim(ctx, c.w.Client(), lease.Options{Namespace: c.ns, Key: leaseKey(key), Holder: c.cfg.WorkerID,
+		TTL: c.cfg.LeaseTTL, Purpose: "cv end " + key, Logger: c.cfg.Logger})
+	if errors.Is(err, lease.ErrHeld) {
+		return false, c.cfg.LeaseTTL, nil // its holder ends its own job, or its lease expires first
+	}
+	if err != nil {
+		return false, 0, err
+	}
+	ctx = context.WithoutCancel(ctx) // held now: what follows is finished, and the lease released
+	defer func() { _ = l.Release(ctx) }()
+	// Read again under the lease: no holder's write can land after the claim.
+	st, rev, ok, err := internal.ReadStatus(ctx, c.w.Client(), c.ns, key)
+	if err != nil {
+		return false, 0, err
+	}
+	if !ok || !leftOver(st) {
+		return true, 0, nil
+	}
+	if done, err := c.endSubscriptionOf(ctx, key, st); !done {
+		return false, endRetry, err
+	}
+	msg := st.Holder + ", which is gone, had no subscription"
+	if st.SubscriptionID != "" {
+		msg = "subscription " + st.SubscriptionID + " of " + st.Holder + ", which is gone, ended"
+	}
+	expected := int64(rev)
+	if _, err := l.Put(ctx, wire.PutRequest{Key: internal.StatusKey(key), Schema: reconciler.ObservedStatusSchema, ExpectedRevision: &expected,
+		Document: reconciler.ObservedStatus{SubjectKey: key, State: reconciler.StateStopped, ObservedAtMs: time.Now().UnixMilli(),
+			Holder: c.cfg.WorkerID, VariantID: st.VariantID, Message: msg}.Document()}); err != nil {
+		c.cfg.Logger.Debug("status not written", "intent", key, "err", err)
+		return false, endRetry, nil
+	}
+	c.cfg.Events("cv stopped", key, msg)
+	return true, 0, nil
+}
+
+// sweep enqueues, once at start, every intent whose status says a holder is at work on it: a holder
+// killed before it saw its intent deleted left its subscription named by a status nobody would look
+// at again (a worker restarted with the holder's id, say).
+func (c *Worker) sweep(ctx context.Context) error {
+	return internal.SweepStatuses(ctx, c.w.Client(), c.ns, leftOver, c.ctrl.Enqueue, endRetry, c.cfg.Logger)
+}
+
+// endSubscriptionOf ends the subscription a status names that no job of this worker holds: a gone
+// holder's (or an earlier process of this worker id's). done is false when the media server did not
+// answer: the subscription may still be there.
+func (c *Worker) endSubscriptionOf(ctx context.Context, key string, st reconciler.ObservedStatus) (done bool, err error) {
+	if st.SubscriptionID == "" || st.State == reconciler.StateStopped {
+		return true, nil
+	}
+	if err := c.cmds.Unsubscribe(context.WithoutCancel(ctx), st.SubscriptionID); err != nil && !errors.Is(err, capabilities.ErrSubscriptionNotFound) {
+		c.cfg.Logger.Warn("the subscription a gone holder left: unsubscribe", "intent", key, "subscription", st.SubscriptionID, "holder", st.Holder, "err", err)
+		return false, nil
+	}
+	c.cfg.Events("cv unsubscribed", key, "subscription "+st.SubscriptionID+" left by "+st.Holder)
+	return true, nil
 }
 
 // Reconcile runs the model on the intent's variant while the intent is desired and this worker holds
@@ -233,13 +371,39 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		c.mu.Lock()
 		delete(c.active, req.Key)
 		c.mu.Unlock()
-		c.end(ctx, j)
+		why := "intent no longer desired"
+		if ok && err == nil && in.Desired && model != "" {
+			why = "lease lost"
+		}
+		c.end(ctx, req.Key, j, why)
 		c.cfg.Events("cv stopped", req.Key, "")
 		j = nil
 	}
 	if !ok || err != nil || !in.Desired || model == "" {
+		// Not this worker's job: but a holder that died before it saw the intent go left its
+		// subscription on the media server, and nobody else would ever end it.
+		c.mu.Lock()
+		settled := ok && c.settled[req.Key] == e.Revision
+		c.mu.Unlock()
+		if settled {
+			return reconciler.Result{}, nil
+		}
+		done, again, err := c.endLeftover(ctx, req.Key)
+		if err != nil || !done {
+			return reconciler.Result{RequeueAfter: again}, err
+		}
+		c.mu.Lock()
+		if ok { // looked at once per revision of the intent, not at every resync
+			c.settled[req.Key] = e.Revision
+		} else {
+			delete(c.settled, req.Key)
+		}
+		c.mu.Unlock()
 		return reconciler.Result{}, nil
 	}
+	c.mu.Lock()
+	delete(c.settled, req.Key)
+	c.mu.Unlock()
 	// The view and its staleness are read together: read apart, a confirmation landing in between
 	// would pair the stale view (every source offline) with "not stale", and the running
 	// subscription would be ended as gone.
@@ -269,31 +433,64 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		// The subscription is over (the variant is not READY: its publisher went away, and the media
 		// server ended its subscriptions) or must change (a new session, another model, or the intent
 		// now names another source, stream or variant).
-		// Not given up when ctx ends (the lease's loss, a stop): the id is forgotten below, and an
-		// unsubscribe not sent would leave the subscription to nobody.
-		if err := c.cmds.Unsubscribe(context.WithoutCancel(ctx), j.subscriptionID); err == nil && j.unanswered {
+		// Not given up when ctx ends (the lease's loss, a stop): an unsubscribe not sent would leave
+		// the subscription to nobody.
+		j.stop()
+		uerr := c.cmds.Unsubscribe(context.WithoutCancel(ctx), j.subscriptionID)
+		if uerr != nil && !errors.Is(uerr, capabilities.ErrSubscriptionNotFound) {
+			// Unanswered (a slow media server): it may still be there, and forgotten now it would be
+			// left for good beside the next one. Kept (its detections stopped), ended again later.
+			c.cfg.Logger.Warn("unsubscribe", "intent", req.Key, "subscription", j.subscriptionID, "err", uerr)
+			j.model = ""
+			return reconciler.Result{RequeueAfter: endRetry}, nil
+		}
+		if j.unanswered {
 			// Desired again while its unsubscribe went unanswered: the outage ends here.
 			c.cfg.Logger.Info("unsubscribe answered again", "intent", req.Key, "subscription", j.subscriptionID)
 		}
-		j.unanswered = false // whatever comes of this one, the next subscription's outage is warned of
-		j.stop()
+		j.unanswered = false // the next subscription's outage is warned of
 		j.subscriptionID = ""
 		c.cfg.Events("cv unsubscribed", req.Key, "")
 	}
 	if j != nil && j.subscriptionID != "" {
-		return reconciler.Result{}, nil // running as wanted
+		// Running as wanted; said again in case the write after the subscribe did not get through.
+		c.report(ctx, req.Key, j, reconciler.ObservedStatus{State: reconciler.StateActive, SubscriptionID: j.subscriptionID,
+			VariantID: j.gotVariant, Message: "model " + j.model})
+		return reconciler.Result{}, nil
 	}
 	if !ready {
+		if j != nil && !stale {
+			c.report(ctx, req.Key, j, reconciler.ObservedStatus{State: reconciler.StatePending, VariantID: in.VariantID,
+				Message: "waiting for the variant to be READY"})
+		}
 		return reconciler.Result{}, nil // subscribe only to what exists; a capability change wakes us
 	}
 	if j == nil {
-		l, err := lease.Claim(ctx, c.w.Client(), lease.Options{Namespace: c.ns, Key: "leases/" + strings.TrimPrefix(req.Key, "intents/"),
+		l, err := lease.Claim(ctx, c.w.Client(), lease.Options{Namespace: c.ns, Key: leaseKey(req.Key),
 			Holder: c.cfg.WorkerID, TTL: c.cfg.LeaseTTL, Purpose: "cv " + req.Key, Logger: c.cfg.Logger})
 		if errors.Is(err, lease.ErrHeld) {
 			return reconciler.Result{RequeueAfter: c.cfg.LeaseTTL}, nil
 		}
 		if err != nil {
 			return reconciler.Result{}, err
+		}
+		// Read under the lease (no former holder's write can land after the claim): a holder that died
+		// with a subscription, or an earlier process of this worker id, left it on the media server.
+		// Ended first, or the job would run beside it for good.
+		st, _, found, rerr := internal.ReadStatus(ctx, c.w.Client(), c.ns, req.Key)
+		if rerr == nil && found {
+			var done bool
+			done, rerr = c.endSubscriptionOf(ctx, req.Key, st)
+			if rerr == nil && !done {
+				rerr = errors.New("cv: the media server did not answer the unsubscribe of a gone holder's subscription")
+			}
+		}
+		if rerr != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = l.Release(rctx)
+			cancel()
+			c.cfg.Logger.Debug("lease let go", "intent", req.Key, "err", rerr)
+			return reconciler.Result{RequeueAfter: endRetry}, nil
 		}
 		c.w.HoldLease(l.Key())
 		j = &job{lease: l, stop: func() {}}
@@ -333,7 +530,11 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	}
 	jctx, stop := context.WithCancel(context.Background())
 	j.subscriptionID, j.sessionID, j.model, j.stop = rep.SubscriptionID, src.SessionID, model, stop
-	j.sourceID, j.streamID, j.variantID = in.SourceID, stream.StreamID, in.VariantID
+	j.sourceID, j.streamID, j.variantID, j.gotVariant = in.SourceID, stream.StreamID, in.VariantID, rep.VariantID
+	// Recorded before anything else: a holder killed from here on leaves the subscription named, for
+	// the next holder (or a worker that sees the intent go) to end.
+	c.report(ctx, req.Key, j, reconciler.ObservedStatus{State: reconciler.StateActive, SubscriptionID: rep.SubscriptionID,
+		VariantID: rep.VariantID, Message: "model " + model})
 	c.cfg.Events("cv subscribed", req.Key, fmt.Sprintf("model %s on %s", model, rep.VariantID))
 	c.wg.Add(1)
 	go c.emit(jctx, j.lease, req.Key, in.SourceID, model)

@@ -280,8 +280,6 @@ func LeaseKey(in reconciler.MediaIntent) string {
 	return k[:wire.MaxKeyLen-17] + "-" + hex.EncodeToString(sum[:8])
 }
 
-func statusKey(intentKey string) string { return "status/" + strings.TrimPrefix(intentKey, "intents/") }
-
 // Reconcile brings one intent's actual state towards its desired state.
 func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (reconciler.Result, error) {
 	e, ok := t.ctrl.Cache().Get(req.Key)
@@ -406,7 +404,7 @@ func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (rec
 // none; an error says the store could not be read.
 func (t *Transcoder) formerOutput(ctx context.Context, key string, in reconciler.MediaIntent, cur output) (out output, found bool, err error) {
 	var st reconciler.ObservedStatus
-	e, err := t.w.Client().Get(ctx, t.ns, statusKey(key))
+	e, err := t.w.Client().Get(ctx, t.ns, internal.StatusKey(key))
 	switch {
 	case errors.Is(err, wire.ErrNotFound):
 	case err != nil:
@@ -469,21 +467,11 @@ const (
 // the lease and compare-and-set on the status read.
 func (t *Transcoder) stopOrphan(ctx context.Context, key string, out output) bool {
 	c := t.w.Client()
-	stKey := statusKey(key)
+	stKey := internal.StatusKey(key)
 	// read returns the intent's status; ok false when there is none (or none of a worker's); err
 	// when the store could not be read, which says nothing.
 	read := func(ctx context.Context) (st reconciler.ObservedStatus, rev uint64, ok bool, err error) {
-		e, err := c.Get(ctx, t.ns, stKey)
-		if errors.Is(err, wire.ErrNotFound) {
-			return st, 0, false, nil
-		}
-		if err != nil {
-			return st, 0, false, err
-		}
-		if e.Schema != reconciler.ObservedStatusSchema || json.Unmarshal(e.Document, &st) != nil {
-			return st, 0, false, nil
-		}
-		return st, e.Revision, true, nil
+		return internal.ReadStatus(ctx, c, t.ns, key)
 	}
 	// A status of this worker's id is no exception: this worker holds no binding of out (its
 	// callers see to that), so the publication is of an earlier process of the same id, restarted.
@@ -824,7 +812,7 @@ func (t *Transcoder) putStatus(ctx context.Context, b *binding, key string, st r
 			return
 		}
 	}
-	req := wire.PutRequest{Namespace: t.ns, Key: statusKey(key), Schema: reconciler.ObservedStatusSchema, Document: doc}
+	req := wire.PutRequest{Namespace: t.ns, Key: internal.StatusKey(key), Schema: reconciler.ObservedStatusSchema, Document: doc}
 	if onlyOverOurs {
 		expected := int64(0)
 		if known {
@@ -878,7 +866,7 @@ func statusSig(doc json.RawMessage) string {
 // says nothing (false). Otherwise rev is the entry's revision, which the "stopped" of letGo is written
 // over.
 func (t *Transcoder) statusReplaced(ctx context.Context, key, sig string) (replaced bool, rev uint64) {
-	e, err := t.w.Client().Get(ctx, t.ns, statusKey(key))
+	e, err := t.w.Client().Get(ctx, t.ns, internal.StatusKey(key))
 	switch {
 	case errors.Is(err, wire.ErrNotFound):
 		return true, 0

@@ -2,6 +2,11 @@
 // stores a subscription intent in its own namespace (user/<id>) naming the variant it wants, then
 // subscribes only once the media server says that variant is READY. The intent never grants media
 // access by itself: the subscribe command does, against capabilities that exist.
+//
+// Its status names it (holder, its worker id) and its subscription. The media server does not end a
+// subscription whose subscriber died: a viewer restarted with the same worker id ends what the status
+// says its earlier process left (a subscription, a "pending"), for intents still wanted, withdrawn or
+// deleted, before it subscribes again.
 package view
 
 import (
@@ -49,6 +54,9 @@ type Viewer struct {
 	mu         sync.Mutex
 	subs       map[string]subscription // intent key -> current subscription
 	lastStatus map[string]statusMemo   // intent key -> the last status written
+	// looked holds the intents whose status in the store this process has read once: what an earlier
+	// process of this worker id left is ended at the first look only.
+	looked map[string]bool
 }
 
 // statusMemo is what the viewer remembers of the last status it wrote for an intent: what it said
@@ -96,7 +104,7 @@ func New(cfg Config) (*Viewer, error) {
 		return nil, err
 	}
 	v := &Viewer{cfg: cfg, ns: "user/" + cfg.Principal, w: w, cmds: cmds, subs: map[string]subscription{}, lastStatus: map[string]statusMemo{},
-		tracker: internal.NewTracker(cfg.Conn, cfg.Capabilities, cfg.Logger)}
+		looked: map[string]bool{}, tracker: internal.NewTracker(cfg.Conn, cfg.Capabilities, cfg.Logger)}
 	changed, _ := v.tracker.Subscribe()
 	v.ctrl, err = reconciler.New(w.Client(), v, reconciler.Options{Namespace: v.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
 		Triggers: []<-chan struct{}{changed}, Logger: cfg.Logger})
@@ -106,7 +114,60 @@ func New(cfg Config) (*Viewer, error) {
 	w.Add(v.tracker)
 	w.Add(ender{v})
 	w.Add(v.ctrl)
+	w.Go("sweep", v.sweep)
 	return v, nil
+}
+
+// sweep enqueues, once at start, every intent whose status says an earlier process of this worker
+// id was at work on it: one deleted while that process was dead left its subscription (and its
+// words) for nobody to end.
+func (v *Viewer) sweep(ctx context.Context) error {
+	return internal.SweepStatuses(ctx, v.w.Client(), v.ns, v.leftOver, v.ctrl.Enqueue, endRetry, v.cfg.Logger)
+}
+
+// leftOver reports whether a status found in the store, before this process wrote any for its
+// intent, is an earlier process's of this worker id that does not say stopped.
+func (v *Viewer) leftOver(st reconciler.ObservedStatus) bool {
+	return st.Holder == v.cfg.WorkerID && st.State != reconciler.StateStopped
+}
+
+// endLeftover, at the first look at an intent for which this process holds nothing, ends the
+// subscription its status says an earlier process of this worker id made (killed, it could not), and
+// takes that status as the last one written, so that a withdrawn intent is reported stopped and a
+// wanted one reported afresh. again is positive while the media server does not answer the
+// unsubscribe: the subscription may still be there, and a new one beside it would double it.
+func (v *Viewer) endLeftover(ctx context.Context, key string) (again time.Duration, err error) {
+	v.mu.Lock()
+	_, written := v.lastStatus[key]
+	done := written || v.looked[key]
+	v.mu.Unlock()
+	if done {
+		return 0, nil
+	}
+	e, err := v.w.Client().Get(ctx, v.ns, internal.StatusKey(key))
+	var st reconciler.ObservedStatus
+	switch {
+	case errors.Is(err, wire.ErrNotFound):
+	case err != nil:
+		return 0, err
+	case e.Schema == reconciler.ObservedStatusSchema && json.Unmarshal(e.Document, &st) == nil && v.leftOver(st):
+		if st.SubscriptionID != "" {
+			if err := v.cmds.Unsubscribe(ctx, st.SubscriptionID); err != nil && !errors.Is(err, capabilities.ErrSubscriptionNotFound) {
+				v.cfg.Logger.Warn("the subscription an earlier process left: unsubscribe", "intent", key, "subscription", st.SubscriptionID, "err", err)
+				return endRetry, nil
+			}
+			v.cfg.Events("unsubscribed", key, st.SubscriptionID+", left by an earlier process")
+		}
+		v.mu.Lock()
+		if _, ok := v.lastStatus[key]; !ok {
+			v.lastStatus[key] = statusMemo{sig: sigOf(st), variantID: st.VariantID}
+		}
+		v.mu.Unlock()
+	}
+	v.mu.Lock()
+	v.looked[key] = true
+	v.mu.Unlock()
+	return 0, nil
 }
 
 // ender ends the viewer's subscriptions on a graceful stop (after the controller has stopped
@@ -149,10 +210,26 @@ func (e ender) Stop() {
 // again.
 const endRetry = time.Second
 
-// end unsubscribes and reports the intent's subscription stopped.
+// end unsubscribes and reports the intent's subscription stopped. An unsubscribe that reaches no
+// media server (a silent one, which back with the same session still has the subscription) is not
+// reported stopped: the status goes on naming the subscription, which this viewer, restarted with
+// the same worker id, ends. One that a media server took and did not answer in time (a slow one) is
+// carried out late: it is reported stopped.
 func (v *Viewer) end(ctx context.Context, key string, s subscription, why string) {
-	if err := v.cmds.Unsubscribe(ctx, s.id); err != nil && !errors.Is(err, capabilities.ErrSubscriptionNotFound) {
+	err := v.cmds.Unsubscribe(ctx, s.id)
+	switch {
+	case err == nil || errors.Is(err, capabilities.ErrSubscriptionNotFound):
+	case errors.Is(err, context.DeadlineExceeded):
 		v.cfg.Logger.Warn("unsubscribe", "intent", key, "err", err)
+	default:
+		v.cfg.Logger.Warn("unsubscribe", "intent", key, "err", err)
+		st := reconciler.ObservedStatus{SubjectKey: key, State: reconciler.StatePending, ObservedAtMs: time.Now().UnixMilli(),
+			SubscriptionID: s.id, VariantID: s.variantID,
+			Message: why + ": the media server does not answer; subscription " + s.id + " is ended when this viewer is back"}
+		if err := v.status(ctx, key, st); err != nil {
+			v.cfg.Logger.Warn("status not written", "intent", key, "err", err)
+		}
+		return
 	}
 	v.ended(ctx, key, s, why)
 }
@@ -209,6 +286,11 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	v.mu.Lock()
 	cur, subscribed := v.subs[req.Key]
 	v.mu.Unlock()
+	if !subscribed {
+		if again, err := v.endLeftover(ctx, req.Key); err != nil || again > 0 {
+			return reconciler.Result{RequeueAfter: again}, err
+		}
+	}
 	if !ok || err != nil || !in.Desired || in.Role != reconciler.RoleSubscribe {
 		if subscribed {
 			if err := v.cmds.Unsubscribe(ctx, cur.id); err != nil && !errors.Is(err, capabilities.ErrSubscriptionNotFound) {
@@ -241,9 +323,13 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 			delete(v.subs, req.Key)
 			v.mu.Unlock()
 			v.ended(ctx, req.Key, cur, "intent no longer desired")
-		} else if v.reported(req.Key) { // a pending status would say the viewer still waits
+		} else if last, ok := v.reportedMemo(req.Key); ok { // a pending status would say the viewer still waits
+			variantID := in.VariantID
+			if variantID == "" {
+				variantID = last.variantID // deleted: the one the status named
+			}
 			return reconciler.Result{}, v.status(ctx, req.Key, reconciler.ObservedStatus{SubjectKey: req.Key, State: reconciler.StateStopped,
-				ObservedAtMs: time.Now().UnixMilli(), Message: "intent no longer desired", VariantID: in.VariantID})
+				ObservedAtMs: time.Now().UnixMilli(), Message: "intent no longer desired", VariantID: variantID})
 		}
 		return reconciler.Result{}, nil
 	}
@@ -335,27 +421,36 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	return reconciler.Result{}, v.status(ctx, req.Key, status)
 }
 
-// reported reports whether a status of the intent was written and does not say stopped.
-func (v *Viewer) reported(intentKey string) bool {
+// reportedMemo returns the last status written of the intent, if there is one and it does not say
+// stopped.
+func (v *Viewer) reportedMemo(intentKey string) (statusMemo, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	last, ok := v.lastStatus[intentKey]
-	return ok && !last.stopped()
+	return last, ok && !last.stopped()
 }
 
 func (m statusMemo) stopped() bool {
 	return strings.HasPrefix(m.sig, string(reconciler.StateStopped)+"|")
 }
 
+// sigOf is what a status says, without when: a rewrite that says the same is skipped.
+func sigOf(st reconciler.ObservedStatus) string {
+	return string(st.State) + "|" + st.SubscriptionID + "|" + st.Message
+}
+
+// status writes the intent's status, naming this viewer (its worker id) as the holder, unless the
+// last one written said the same.
 func (v *Viewer) status(ctx context.Context, intentKey string, st reconciler.ObservedStatus) error {
-	sig := string(st.State) + "|" + st.SubscriptionID + "|" + st.Message
+	st.Holder = v.cfg.WorkerID
+	sig := sigOf(st)
 	v.mu.Lock()
 	same := v.lastStatus[intentKey].sig == sig
 	v.mu.Unlock()
 	if same {
 		return nil
 	}
-	_, err := v.w.Client().Put(ctx, wire.PutRequest{Namespace: v.ns, Key: "status/" + strings.TrimPrefix(intentKey, "intents/"),
+	_, err := v.w.Client().Put(ctx, wire.PutRequest{Namespace: v.ns, Key: internal.StatusKey(intentKey),
 		Schema: reconciler.ObservedStatusSchema, Document: st.Document()})
 	if err == nil {
 		v.mu.Lock()
