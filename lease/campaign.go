@@ -22,9 +22,10 @@ import (
 // the campaign until ctx ends.
 //
 // It returns the lease once claimed, the error of a claim that failed other than with ErrHeld, an
-// error of its watch (client.ErrCacheClosed once the connection closed for good,
-// client.ErrEpochChanged after a restore, the store's refusal to watch again), or ctx's error; an
-// Elector campaigns again after any of them but a refusal for good.
+// error of its watch (client.ErrCacheClosed once the connection closed for good, the store's refusal
+// to watch again), or ctx's error; an Elector campaigns again after any of them but a refusal for
+// good. A restore (a new epoch, SPEC section 4) is no error: the standby's watch follows the restored
+// store, and it claims there as soon as the key is free in it.
 //
 // The watch's prefix is the lease key, so it also sees the keys that extend it
 // ("leases/a" sees "leases/a2"); more than 64 of those make the watch WATCH_TOO_BROAD.

@@ -34,10 +34,11 @@ type notHeldError struct{}
 
 func (notHeldError) Error() string { return "lease: not held (write refused locally)" }
 
-// Is makes errors.Is(ErrNotHeld, wire.ErrGuardFailed) true.
+// Is makes errors.Is(ErrNotHeld, wire.ErrGuardFailed) true. A nil *wire.Error target carries no
+// code and matches nothing.
 func (notHeldError) Is(target error) bool {
 	var w *wire.Error
-	return errors.As(target, &w) && w.Code == wire.CodeGuardFailed
+	return errors.As(target, &w) && w != nil && w.Code == wire.CodeGuardFailed
 }
 
 // HeldError is the error of a claim that found the lease held.

@@ -85,7 +85,13 @@ func (l *Lease) guarded(ctx context.Context, write func(wire.Guard) error) error
 	if g, err = l.writeGuard(); err != nil {
 		return err
 	}
-	return write(g)
+	// Once only: a retry refused too is returned, but first judged as the first refusal was, so
+	// that one no renewal explains (the entry gone meanwhile) ends the lease now, not at the next
+	// renewal, while Held would still say true.
+	if err = write(g); errors.Is(err, wire.ErrGuardFailed) {
+		l.movedOn(ctx, g, err)
+	}
+	return err
 }
 
 // writeGuard returns the guard for a write, or ErrNotHeld.
