@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/keeppeek/coordination/internal/e2e"
+	"github.com/keeppeek/coordination/internal/natstest"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -59,15 +60,7 @@ func conn(t *testing.T, s *e2e.Stated, principal string) (*nats.Conn, chan error
 
 func request(t *testing.T, nc *nats.Conn, principal string, op wire.Op, body string) wire.Result {
 	t.Helper()
-	msg, err := nc.Request(wire.StateSubject(wire.DefaultPrefix, principal, op), []byte(body), timeout)
-	if err != nil {
-		t.Fatalf("%s %s: %v", op, body, err)
-	}
-	var r wire.Result
-	if err := json.Unmarshal(msg.Data, &r); err != nil {
-		t.Fatalf("reply %s: %v", msg.Data, err)
-	}
-	return r
+	return natstest.Request(t, nc, principal, op, body, timeout)
 }
 
 func wantViolation(t *testing.T, errs chan error, what string) {

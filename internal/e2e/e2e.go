@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keeppeek/coordination/internal/natstest"
 	"go.uber.org/goleak"
 )
 
@@ -74,12 +74,7 @@ func Cleanup() {
 // FreePort returns a loopback port that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return natstest.FreePort(t)
 }
 
 // Stated is a stated process and its configuration.

@@ -75,11 +75,18 @@ type CacheOptions struct {
 	// ResyncBackoff is the wait after the first failed re-watch attempt; it doubles per failure up to
 	// MaxResyncBackoff. Default DefaultResyncBackoff (100 ms).
 	ResyncBackoff time.Duration
-	// CheckInterval is how often a cache that sent no ack since the last check re-acknowledges its
-	// last applied sequence, to learn whether its watch still exists: a watch can vanish without a
-	// message reaching the cache (a state server that crashed behind a NATS cluster that stayed up, an
-	// unwatch by another client of the principal), and a cache that waited for the next update would
-	// then wait forever. A failed check resyncs. Default DefaultCheckInterval (5 s); negative: never.
+	// CheckInterval is how often a cache that sent no ack since the last check asks the server
+	// whether its watch still exists and whether an update was sent that never arrived: a watch can
+	// vanish without a message reaching the cache (a state server that crashed behind a NATS cluster
+	// that stayed up, an unwatch by another client of the principal), and in a NATS cluster an update
+	// can be lost while every connection stays up (a route between two nodes cut for a moment). With no
+	// update after it, no sequence gap shows the loss, and a cache that waited for the next update
+	// would show the old state until the server closed the watch (ack_deadline_ms), or for ever. The
+	// check acknowledges one past the last applied update: the server refuses that with
+	// INVALID_ARGUMENT while nothing was lost (so an idle cache shows in the server's request metrics
+	// as one refused ack per interval). A check that finds the watch gone, or finds that update sent
+	// and it does not arrive, resyncs.
+	// Default DefaultCheckInterval (5 s); negative: never.
 	CheckInterval time.Duration
 	// AckDelay is how long the cache may hold back the ack of updates it applied, so that one ack
 	// covers every update applied meanwhile (an ack is cumulative, SPEC section 7): a cache that
@@ -455,7 +462,7 @@ func (k *Cache) run(first chan<- error) {
 				k.ackSent = false
 				continue
 			}
-			err := k.ack()
+			err := k.checkLive()
 			k.ackSent = false // a check is not activity
 			if !k.resyncAfter("liveness check: ", err) {
 				return
@@ -558,6 +565,74 @@ func (k *Cache) drain() error {
 		return k.ack()
 	}
 	return nil
+}
+
+// checkLive asks the server whether the cache's watch is still live and whether it sent an update that
+// never arrived. Either can happen without a message reaching the cache, and with no sequence gap to
+// show it until a next update comes, if one ever does: a state server that crashed behind a NATS
+// cluster that stayed up, an unwatch by another client of the principal, or an update lost in the
+// cluster while both connections stayed up (a route between the watcher's node and the state
+// server's cut for a moment: the server published the update while the watcher's interest was not
+// known on its node; a node that died holding it). It acknowledges one past the last applied update,
+// after applying what has arrived: SPEC section 7.5 has the server refuse an ack above the highest
+// update it sent with INVALID_ARGUMENT, leaving the watch as it was, which is the answer when nothing
+// was lost. A watch that is gone answers NOT_FOUND: an error, and the cache resyncs. An ack the
+// server takes means it sent that update; it may still be on its way, published just before the
+// probe was taken (see awaitProbed), and if it never comes the cache resyncs.
+func (k *Cache) checkLive() error {
+	if err := k.drain(); err != nil {
+		return err
+	}
+	if k.tr.seq > k.acked {
+		if err := k.ack(); err != nil {
+			return err
+		}
+	}
+	probe := k.tr.seq + 1
+	err := k.c.Ack(k.ctx, k.watchID, probe)
+	switch {
+	case err == nil:
+		k.acked = probe // the server's view: an ack below it would be refused
+		return k.awaitProbed(probe)
+	case errors.Is(err, wire.ErrInvalidArgument):
+		return nil // nothing sent past what the cache applied
+	}
+	return fmt.Errorf("ack %d: %w", probe, err)
+}
+
+// awaitProbed waits for update probe, which the server said it had sent when it took the probe's
+// ack, and applies it: nil once applied, an error (the cache resyncs) when it was lost. The server
+// publishes an update before it can take an ack of it, and the ack's reply after that, on the same
+// connection: an update that is not lost has reached this client before the reply did, and is in the
+// incarnation's inbox or still counted pending on its subscription (nats.go counts a message until
+// its handler, which puts it in the inbox, has returned). Only an update in neither is lost.
+func (k *Cache) awaitProbed(probe uint64) error {
+	lost := fmt.Errorf("the server sent update %d, which never arrived", probe)
+	bound := time.NewTimer(k.c.timeout)
+	defer bound.Stop()
+	for {
+		if err := k.drain(); err != nil {
+			return err
+		}
+		if k.tr.seq >= probe {
+			return nil
+		}
+		if n, _, err := k.sub.Pending(); err != nil || n == 0 && k.in.empty() {
+			return lost
+		}
+		recheck := time.NewTimer(time.Millisecond) // the pending count trails a handler that returned
+		select {
+		case <-k.in.ready:
+		case <-recheck.C:
+		case <-bound.C:
+			recheck.Stop()
+			return lost
+		case <-k.ctx.Done():
+			recheck.Stop()
+			return k.ctx.Err()
+		}
+		recheck.Stop()
+	}
 }
 
 // useBounds sets how many applied updates may wait for an ack, and for how long, from a server's
@@ -833,6 +908,12 @@ func (b *inbox) push(m *nats.Msg) {
 	case b.ready <- struct{}{}:
 	default:
 	}
+}
+
+func (b *inbox) empty() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.msgs) == 0
 }
 
 func (b *inbox) take() [][]byte {

@@ -40,6 +40,20 @@
 // unknown outcome, as any request without a reply: a later request may then find the id taken
 // (WATCH_EXISTS; unwatch, then watch again, as a Cache does).
 //
+// Over a NATS cluster (stated and its clients on different nodes), a message can be lost while every
+// connection stays up: a route between the watcher's node and the state server's cut for a moment
+// (the server publishes while its node does not know of the subscriber; nats-server keeps no message
+// for an absent subscriber), a node that restarts and takes connections before its routes are up, or
+// a node that dies holding messages in flight. A lost watch update shows as a sequence gap at the next
+// update of the watch, and a Cache then resyncs; a lost last update shows no gap, and a Cache finds it
+// by its liveness check (CacheOptions.CheckInterval), which acknowledges one past the last applied
+// update (INVALID_ARGUMENT, "above the highest sent", means nothing was lost; an ack the server takes
+// means the update was sent: one not received by then was lost). A raw Watch's user does the same. A
+// lost request or reply is a request without a reply (its outcome unknown, as above), and a
+// request answered UNAVAILABLE (no responders) was sent nowhere: the client's node knew of no state
+// server at that moment, as for a moment after stated reconnected to another node or while the cluster
+// re-forms, even though stated runs. Retry it.
+//
 // The connection must use the principal's inbox prefix `_INBOX.<principal>` (the server's NATS
 // permissions allow no other); Connect sets it. Connect also turns off nats.go's reconnect buffer, so a
 // request made while the connection is down fails at once with UNAVAILABLE and is never sent later,

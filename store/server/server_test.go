@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
+	"github.com/keeppeek/coordination/internal/natstest"
 	"github.com/keeppeek/coordination/internal/testenv"
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -23,15 +24,7 @@ const timeout = 10 * time.Second
 
 func request(t *testing.T, nc *nats.Conn, principal string, op wire.Op, body string) wire.Result {
 	t.Helper()
-	msg, err := nc.Request(wire.StateSubject(wire.DefaultPrefix, principal, op), []byte(body), timeout)
-	if err != nil {
-		t.Fatalf("%s %s: %v", op, body, err)
-	}
-	var r wire.Result
-	if err := json.Unmarshal(msg.Data, &r); err != nil {
-		t.Fatalf("reply %s: %v", msg.Data, err)
-	}
-	return r
+	return natstest.Request(t, nc, principal, op, body, timeout)
 }
 
 func wantErr(t *testing.T, r wire.Result, code wire.Code) {
