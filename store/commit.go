@@ -795,7 +795,7 @@ func (s *Store) settingsState(ns string, st *stage) SettingsState {
 	sp := s.spaces[ns]
 	if sp != nil {
 		out.Revision = sp.revision
-		sp.tree.Ascend(func(e *wire.Entry) bool {
+		sp.ascend(func(e *wire.Entry) bool {
 			if st != nil {
 				if _, ok := st.vals[ns+"\x00"+e.Key]; ok {
 					return true // staged value added below

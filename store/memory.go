@@ -16,25 +16,71 @@ type space struct {
 	settings bool // entries live in a SettingsBackend, not the database
 	revision uint64
 	bytes    int64
-	tree     *btree.BTreeG[*wire.Entry]
+	// tree is the index, nil while the namespace holds no entry: a namespace emptied keeps its
+	// revision (SPEC section 4), and memory keeps nothing else of it. A server that sees namespaces
+	// come and go (a group per meeting, a service per short-lived pool) would otherwise keep, for
+	// every namespace it ever served, an empty index and the nodes the index held for reuse.
+	tree *btree.BTreeG[*wire.Entry]
 }
+
+// indexDegree is the B-tree degree of a namespace's index.
+const indexDegree = 32
 
 func lessEntry(a, b *wire.Entry) bool { return a.Key < b.Key }
 
-func newSpace(name string) *space {
-	return &space{name: name, tree: btree.NewG(32, lessEntry)}
+func newSpace(name string) *space { return &space{name: name} }
+
+func (sp *space) count() int {
+	if sp.tree == nil {
+		return 0
+	}
+	return sp.tree.Len()
 }
 
-func (sp *space) count() int { return sp.tree.Len() }
-
 func (sp *space) get(key string) *wire.Entry {
+	if sp.tree == nil {
+		return nil
+	}
 	e, _ := sp.tree.Get(&wire.Entry{Key: key})
 	return e
+}
+
+// insert indexes e, replacing the entry of its key (returned, with true) if there was one. An index
+// made for it takes its nodes from nodes, the store's free list, which every namespace's index shares.
+func (sp *space) insert(e *wire.Entry, nodes *btree.FreeListG[*wire.Entry]) (*wire.Entry, bool) {
+	if sp.tree == nil {
+		sp.tree = btree.NewWithFreeListG(indexDegree, lessEntry, nodes)
+	}
+	return sp.tree.ReplaceOrInsert(e)
+}
+
+// remove drops key's entry from the index and returns it; the last one drops the index, its nodes
+// going back to the shared free list (as many as it takes).
+func (sp *space) remove(key string) (*wire.Entry, bool) {
+	if sp.tree == nil {
+		return nil, false
+	}
+	old, ok := sp.tree.Delete(&wire.Entry{Key: key})
+	if ok && sp.tree.Len() == 0 {
+		sp.tree.Clear(true)
+		sp.tree = nil
+	}
+	return old, ok
+}
+
+// ascend calls fn for each entry in key order until fn returns false.
+func (sp *space) ascend(fn func(*wire.Entry) bool) {
+	if sp.tree != nil {
+		sp.tree.Ascend(fn)
+	}
 }
 
 // ascendPrefix calls fn for each entry whose key starts with prefix and is greater than after, in
 // key order, until fn returns false. It touches only what it visits.
 func (sp *space) ascendPrefix(prefix, after string, fn func(*wire.Entry) bool) {
+	if sp.tree == nil {
+		return
+	}
 	start := prefix
 	if after >= start {
 		start = after + "\x00"

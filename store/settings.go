@@ -304,7 +304,7 @@ func (s *Store) reconcileSettings(ld *loaded, fileRevs map[string]uint64) error 
 			served = rec.entries // else written in the database since: nothing served is known
 		}
 		file := make([]*wire.Entry, 0, sp.count())
-		sp.tree.Ascend(func(e *wire.Entry) bool { file = append(file, e); return true })
+		sp.ascend(func(e *wire.Entry) bool { file = append(file, e); return true })
 		// Without a record, a namespace was never served from its file, unless the database was
 		// just migrated from a format that kept none: then nothing served is known.
 		plan, err := planSettings(ns, file, fileRevs[ns], floor, served, rec != nil || !ld.unrecorded, true)

@@ -117,7 +117,7 @@ func (s *Store) readSettingsFile(ns string, r *settingsReload) {
 	}
 	sp := s.spaces[ns]
 	served := make(map[string]servedEntry, sp.count())
-	sp.tree.Ascend(func(e *wire.Entry) bool {
+	sp.ascend(func(e *wire.Entry) bool {
 		served[e.Key] = servedEntry{Revision: e.Revision, SHA256: entryDigest(e)}
 		return true
 	})

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/btree"
+
 	"github.com/keeppeek/coordination/store/policy"
 	"github.com/keeppeek/coordination/store/schema"
 	"github.com/keeppeek/coordination/store/wire"
@@ -36,12 +38,15 @@ type Store struct {
 	totalBytes     int64 // every namespace, settings-backed included
 	dbBytes        int64 // database-backed namespaces only (the persisted counter)
 	liveNamespaces int64 // namespaces holding at least one entry
-	deadlines      deadlineHeap
-	leased         int             // live entries with a lease: the deadlines that are not stale (see compactDeadlines)
-	expiring       map[string]bool // namespaces whose due leases were popped from deadlines and are not yet applied
-	armedAtMs      int64           // the deadline the committer goroutine's timer is set for
-	commitFailed   bool            // the last commit failed: the committer retries due expiries after commitRetryDelay
-	audit          auditHead
+	// nodes are the index nodes kept for reuse, shared by every namespace's index (see space.tree):
+	// a few dozen in all, not a few dozen per namespace ever served.
+	nodes        *btree.FreeListG[*wire.Entry]
+	deadlines    deadlineHeap
+	leased       int             // live entries with a lease: the deadlines that are not stale (see compactDeadlines)
+	expiring     map[string]bool // namespaces whose due leases were popped from deadlines and are not yet applied
+	armedAtMs    int64           // the deadline the committer goroutine's timer is set for
+	commitFailed bool            // the last commit failed: the committer retries due expiries after commitRetryDelay
+	audit        auditHead
 
 	watches registry
 
@@ -247,7 +252,10 @@ func (s *Store) space(ns string) *space {
 // index inserts or replaces e in sp and keeps the counters and deadlines. Callers hold mu exclusively
 // or run before serving.
 func (s *Store) index(sp *space, e *wire.Entry) {
-	old, replaced := sp.tree.ReplaceOrInsert(e)
+	if s.nodes == nil {
+		s.nodes = btree.NewFreeListG[*wire.Entry](btree.DefaultFreeListSize)
+	}
+	old, replaced := sp.insert(e, s.nodes)
 	if replaced {
 		sp.bytes -= int64(len(old.Document))
 		s.totalBytes -= int64(len(old.Document))
@@ -303,7 +311,7 @@ func (s *Store) compactDeadlines() {
 
 // unindex removes key from sp.
 func (s *Store) unindex(sp *space, key string) {
-	old, ok := sp.tree.Delete(&wire.Entry{Key: key})
+	old, ok := sp.remove(key)
 	if !ok {
 		return
 	}
@@ -471,7 +479,10 @@ func (s *Store) VerifyAudit() (AuditReport, error) {
 
 // Stats are the engine's counters, for metrics.
 type Stats struct {
-	Namespaces     int
+	// Namespaces counts the namespaces in memory: every namespace ever written or settings-backed,
+	// an emptied one included (it keeps its revision, SPEC section 4, and nothing else).
+	Namespaces int
+	// LiveNamespaces counts the namespaces holding at least one entry (max_namespaces).
 	LiveNamespaces int64
 	TotalBytes     int64
 	Watches        int

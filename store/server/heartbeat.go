@@ -320,7 +320,9 @@ type warnEvery struct {
 	last   map[string]time.Time
 }
 
-// due reports whether a warning about principal goes out now, and if so starts its period.
+// due reports whether a warning about principal goes out now, and if so starts its period. A
+// principal whose period has ended is forgotten then: one warned about once is not remembered for as
+// long as the server runs, so the map holds the principals warned about within the last period.
 func (w *warnEvery) due(principal string, now time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -330,6 +332,22 @@ func (w *warnEvery) due(principal string, now time.Time) bool {
 	if w.last == nil {
 		w.last = map[string]time.Time{}
 	}
+	for p, t := range w.last {
+		if now.Sub(t) >= w.period {
+			delete(w.last, p)
+		}
+	}
 	w.last[principal] = now
 	return true
+}
+
+// keep forgets the principals for which configured is false (removed at a reload) at once.
+func (w *warnEvery) keep(configured func(principal string) bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for p := range w.last {
+		if !configured(p) {
+			delete(w.last, p)
+		}
+	}
 }

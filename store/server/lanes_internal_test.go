@@ -128,4 +128,15 @@ func TestWarnEveryLimitsPerPrincipal(t *testing.T) {
 			t.Errorf("due(%s, +%v) = %v, want %v", c.who, c.at, got, c.want)
 		}
 	}
+	// A principal whose period ended is forgotten once another is warned about: the map holds the
+	// principals warned about within the last period, not every one ever warned about.
+	for i := range 100 {
+		w.due(fmt.Sprintf("p%d", i), t0.Add(2*time.Minute+time.Duration(i)*time.Second))
+	}
+	w.mu.Lock()
+	n := len(w.last)
+	w.mu.Unlock()
+	if n != 60 {
+		t.Fatalf("after a warning a second for 100 s, %d principals remembered, want the last minute's 60", n)
+	}
 }

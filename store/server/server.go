@@ -197,6 +197,7 @@ func (s *Server) setPrincipals(ps []policy.Principal) error {
 // or was removed, are closed with UNAUTHORIZED before it returns. The store learns the new principals
 // first, in one step with those closes, so no update reaches a watch after its principal lost
 // permission and no watch registers with a permission it no longer has; requests then see the new set.
+// What the server kept about a removed principal (its refused-heartbeat warning) is forgotten.
 func (s *Server) SetPrincipals(ps []policy.Principal) error {
 	m, err := principalMap(ps)
 	if err != nil {
@@ -209,6 +210,7 @@ func (s *Server) SetPrincipals(ps []policy.Principal) error {
 	s.mu.Lock()
 	s.principals = m
 	s.mu.Unlock()
+	s.hbWarn.keep(func(id string) bool { _, ok := m[id]; return ok })
 	return nil
 }
 
