@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/keeppeek/coordination/internal/e2e"
+	"github.com/keeppeek/coordination/internal/natsserver"
+	"github.com/keeppeek/coordination/internal/natstest"
 )
 
 // liveWatches reads stated's state_watches gauge from its metrics.
@@ -163,5 +165,33 @@ func TestWatchInterruptedBeforeItsCount(t *testing.T) {
 	}
 	if n := e.liveWatches(); n != 0 {
 		t.Fatalf("%d live watches after the interrupted watch", n)
+	}
+}
+
+// A stated restarted behind an external NATS server has forgotten every watch, and statectl's own
+// connection never dropped: nothing reached the watch to tell it. It waited for updates that would
+// never come (a script's `watch --count 1` hung until its --timeout). Like a Cache, it checks an idle
+// watch every 5 s, finds the server no longer has it, and watches again.
+func TestWatchNoticesAStatedRestartedBehindAnExternalNATS(t *testing.T) {
+	t.Parallel()
+	_, bin := binaries(t)
+	nsrv := natstest.Start(t, natsserver.Options{})
+	s := e2e.NewStated(t, e2e.Config{Principals: principals, NATSURL: nsrv.ClientURL()})
+	s.Start()
+	e := &env{t: t, s: s, bin: bin, dir: t.TempDir()}
+	p := e.start("watch", "service/w", "--json", "--count", "2")
+	p.await(`"snapshot_revision":0`)
+	e.putLease("service/w", "a")
+	p.await(`"watch_sequence":1`)
+	s.Kill()
+	s.Start()
+	p.await(`"snapshot_revision":1`) // watched again, on its own
+	if !strings.Contains(p.stderr(), "no longer has the watch") {
+		t.Errorf("the new snapshot came without saying why; stderr:\n%s", p.stderr())
+	}
+	e.putLease("service/w", "b")
+	p.await(`"watch_sequence":1`)
+	if code, rest := p.wait(); code != 0 || len(rest) != 0 {
+		t.Fatalf("watch --count 2: exit %d, stdout %q, stderr:\n%s", code, rest, p.stderr())
 	}
 }

@@ -88,7 +88,9 @@ const usageWatch = `Usage: statectl watch NS [PREFIX] [flags]
 
 Watch the entries of namespace NS whose key starts with PREFIX: print the snapshot, then every update
 (PUT, DELETE, EXPIRE) and close as it arrives, acknowledging each update once printed. On a sequence
-gap, a close, or a NATS reconnect it says so, watches again and prints the new snapshot. With --json,
+gap, a close, or a NATS reconnect it says so, watches again and prints the new snapshot; so it does
+when a check, made every 5s while nothing comes, finds that the server no longer has the watch (a
+stated restarted behind an external NATS server) or that an update it sent was lost. With --json,
 one JSON object per line: the snapshot (watch_id, namespace, key_prefix, snapshot_revision, entries),
 then the updates and closes as the server sent them; the notices go to stderr.
 

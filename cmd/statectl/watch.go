@@ -243,12 +243,37 @@ func (w *watcher) follow(ctx context.Context, wt *client.Watch, status chan nats
 	// a request may take; then the watch starts again.
 	var gone <-chan time.Time
 	var ackFailed string
+	// While nothing comes, the watch is checked every checkInterval, as a Cache checks its own: a
+	// stated restarted behind an external NATS server has forgotten it without a message reaching
+	// this connection, and an update lost in a NATS cluster shows no sequence gap while none follows.
+	check := time.NewTimer(checkInterval)
+	defer check.Stop()
+	var probed <-chan time.Time // set while an update the server said it sent is awaited
+	var probe uint64
 	for {
 		select {
 		case <-ctx.Done():
 			return "", false, nil
 		case <-gone:
 			return ackFailed, false, nil
+		case <-probed:
+			if w.seq < probe {
+				return fmt.Sprintf("update %d was sent but never arrived", probe), false, nil
+			}
+			probed = nil
+		case <-check.C:
+			if gone != nil || probed != nil {
+				check.Reset(checkInterval)
+				continue
+			}
+			reason, sent, err := w.check(ctx, wt)
+			if reason != "" || err != nil {
+				return reason, false, err
+			}
+			if sent {
+				probe, probed = w.seq+1, time.After(w.requestTimeout())
+			}
+			check.Reset(checkInterval)
 		case s := <-status:
 			switch {
 			case s == nats.CLOSED:
@@ -257,6 +282,13 @@ func (w *watcher) follow(ctx context.Context, wt *client.Watch, status chan nats
 				return "the NATS connection was re-established (updates may have been lost)", false, nil
 			}
 		case m, ok := <-wt.Messages():
+			if !check.Stop() {
+				select {
+				case <-check.C:
+				default:
+				}
+			}
+			check.Reset(checkInterval)
 			if !ok {
 				if err := wt.Err(); err != nil {
 					return "the watch ended: " + err.Error(), false, nil
@@ -302,6 +334,31 @@ func (w *watcher) follow(ctx context.Context, wt *client.Watch, status chan nats
 			}
 		}
 	}
+}
+
+// checkInterval is how long a watch that receives nothing waits before it checks that it is still
+// live (client.DefaultCheckInterval, as a Cache).
+var checkInterval = client.DefaultCheckInterval
+
+// check asks the server whether the watch still exists and whether it sent an update past the last
+// one printed, by acknowledging one past it (SPEC 7.5: above the highest sent is INVALID_ARGUMENT,
+// and changes nothing). sent is true when the server took it: that update was sent, and is awaited.
+// A reason says why the watch starts again (the server no longer has it, or did not answer).
+func (w *watcher) check(ctx context.Context, wt *client.Watch) (reason string, sent bool, err error) {
+	actx, cancel := context.WithTimeout(ctx, w.requestTimeout())
+	err = wt.Ack(actx, w.seq+1)
+	cancel()
+	switch {
+	case err == nil:
+		return "", true, nil
+	case errors.Is(err, wire.ErrInvalidArgument):
+		return "", false, nil // nothing sent past what was printed
+	case ctx.Err() != nil:
+		return "", false, nil
+	case errors.Is(err, wire.ErrNotFound):
+		return "the server no longer has the watch (stated restarted?)", false, nil
+	}
+	return fmt.Sprintf("checking the watch failed: %v", err), false, nil
 }
 
 // stop ends an incarnation. A watch the server closed is gone: only the subscription is released
