@@ -61,6 +61,11 @@ type globals struct {
 	envUser     string
 	passwordSet bool
 	nkeySet     bool
+	jsonSet     bool
+	// envTimeoutErr and envJSONErr are the usage errors of an unreadable STATECTL_TIMEOUT or
+	// STATECTL_JSON: a command fails with them unless its flag replaces the variable, while help is
+	// shown whatever the environment says.
+	envTimeoutErr, envJSONErr error
 	// envPasswordDropped is true when STATECTL_PASSWORD was not sent because --user named another
 	// principal (a connection error then says so).
 	envPasswordDropped bool
@@ -79,7 +84,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 }
 
 // fromEnv reads the globals' environment variables over the defaults.
-func (g *globals) fromEnv(getenv func(string) string) error {
+func (g *globals) fromEnv(getenv func(string) string) {
 	*g = globals{natsURL: defaultNATSURL, user: defaultUser, prefix: wire.DefaultPrefix, timeout: defaultTimeout}
 	if v := getenv("STATECTL_NATS_URL"); v != "" {
 		g.natsURL = v
@@ -96,18 +101,17 @@ func (g *globals) fromEnv(getenv func(string) string) error {
 	if v := getenv("STATECTL_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			return usageErrorf("STATECTL_TIMEOUT=%q: %v", v, err)
+			g.envTimeoutErr = usageErrorf("STATECTL_TIMEOUT=%q: %v", v, err)
 		}
 		g.timeout = d
 	}
 	if v := getenv("STATECTL_JSON"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return usageErrorf("STATECTL_JSON=%q: %v", v, err)
+			g.envJSONErr = usageErrorf("STATECTL_JSON=%q: %v", v, err)
 		}
 		g.json = b
 	}
-	return nil
 }
 
 // seen records which globals a parsed FlagSet was given on the command line.
@@ -116,6 +120,7 @@ func (g *globals) seen(fs *flag.FlagSet) {
 		g.timeoutSet = g.timeoutSet || f.Name == "timeout"
 		g.passwordSet = g.passwordSet || f.Name == "password"
 		g.nkeySet = g.nkeySet || f.Name == "nkey"
+		g.jsonSet = g.jsonSet || f.Name == "json"
 	})
 }
 
@@ -134,6 +139,10 @@ func (g *globals) resolveCredentials() {
 func (g *globals) validate() error {
 	g.resolveCredentials()
 	switch {
+	case g.envTimeoutErr != nil && !g.timeoutSet:
+		return g.envTimeoutErr
+	case g.envJSONErr != nil && !g.jsonSet:
+		return g.envJSONErr
 	case g.natsURL == "":
 		return usageErrorf("--nats-url is empty")
 	case !wire.ValidPrincipalID(g.user):
@@ -223,9 +232,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 }
 
 func (a *app) main(ctx context.Context, args []string) error {
-	if err := a.g.fromEnv(os.Getenv); err != nil {
-		return err
-	}
+	a.g.fromEnv(os.Getenv)
 	fs := a.flagSet("statectl")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

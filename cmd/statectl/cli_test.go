@@ -89,3 +89,32 @@ func TestRunUsageInProcess(t *testing.T) {
 		}
 	}
 }
+
+// An unreadable STATECTL_TIMEOUT or STATECTL_JSON is a usage error for a command that would use it,
+// but not for help (which the user reads to learn what the variable takes), nor for a command whose
+// flag replaces it. Help failed with exit 2 too.
+func TestBadEnvironmentLeavesHelpAlone(t *testing.T) {
+	t.Setenv("STATECTL_TIMEOUT", "soon")
+	t.Setenv("STATECTL_JSON", "maybe")
+	t.Setenv("STATECTL_NATS_URL", "nats://127.0.0.1:1") // nothing listens: a command that runs cannot connect
+	for _, c := range []struct {
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{[]string{"help"}, 0, "Commands:", ""},
+		{[]string{"help", "get"}, 0, "Usage: statectl get", ""},
+		{[]string{"get", "--help"}, 0, "Usage: statectl get", ""},
+		{[]string{"--help"}, 0, "Commands:", ""},
+		{[]string{"info"}, 2, "", `statectl: USAGE: STATECTL_TIMEOUT="soon"`},
+		{[]string{"info", "--timeout", "1s"}, 2, "", `statectl: USAGE: STATECTL_JSON="maybe"`},
+		{[]string{"info", "--timeout", "1s", "--json"}, 3, "", "statectl: CONNECTION"},
+	} {
+		var out, errb strings.Builder
+		code := run(context.Background(), c.args, strings.NewReader(""), &out, &errb)
+		if code != c.code || !strings.Contains(out.String(), c.stdout) || !strings.Contains(errb.String(), c.stderr) {
+			t.Errorf("statectl %q: exit %d\nstdout: %s\nstderr: %s", c.args, code, out.String(), errb.String())
+		}
+	}
+}
