@@ -480,7 +480,9 @@ func classify(err error) (code int, label, msg string) {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return exitConnection, "TIMEOUT", msg
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrNoServers), errors.Is(err, nats.ErrDisconnected),
-		errors.Is(err, nats.ErrConnectionReconnecting), errors.As(err, &oe):
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrReconnectBufExceeded), errors.As(err, &oe):
+		// ErrReconnectBufExceeded: a request made while the connection reconnects (Connect turns
+		// the reconnect buffer off, so nothing waits to be sent later).
 		return exitConnection, "CONNECTION", msg
 	}
 	return exitFailure, "ERROR", strings.TrimPrefix(msg, "statectl: ")

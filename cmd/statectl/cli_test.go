@@ -53,6 +53,7 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("get request: %w", nats.ErrTimeout), exitConnection, "TIMEOUT", "get request: nats: timeout"},
 		{fmt.Errorf("bench: %w: %w", bench.ErrConnect, errors.New("nats: Authorization Violation")), exitConnection, "CONNECTION", "bench: connect: nats: Authorization Violation"},
 		{fmt.Errorf("watch: %w", context.Canceled), exitInterrupted, "INTERRUPTED", "watch: context canceled"},
+		{fmt.Errorf("backup: %w", nats.ErrReconnectBufExceeded), exitConnection, "CONNECTION", "backup: " + nats.ErrReconnectBufExceeded.Error()},
 		{errors.New("open x: no such file or directory"), exitFailure, "ERROR", "open x: no such file or directory"},
 	} {
 		code, label, msg := classify(c.err)
