@@ -38,6 +38,10 @@ type Worker struct {
 	// ExpiresAtMs is the entry's deadline. Fleet returns the current one; a FleetView shows the one of
 	// the entry's last change, because heartbeats that change nothing only push the deadline forward
 	// without an update to watchers.
+	//
+	// FirstSeenMs and ExpiresAtMs are times of the state server's clock, which may be seconds or
+	// minutes off this host's: compare them with each other, not with time.Now(). Liveness needs no
+	// clock: a worker is alive while its entry exists (FleetView.Alive, Fleet).
 	ExpiresAtMs int64
 	// Revision is the system namespace revision of the entry's last change.
 	Revision uint64

@@ -215,7 +215,9 @@ const (
 )
 
 // ObservedStatus is a keeppeek.observed-status.v1 document (wire.ObservedStatus): what a worker
-// observed for one intent, written under its own key, never over the intent.
+// observed for one intent, written under its own key, never over the intent. Its ObservedAtMs is the
+// writing worker's clock, which may be seconds or minutes off another worker's or the state server's:
+// which of two statuses is newer is told by their entries' revisions, not by it.
 type ObservedStatus wire.ObservedStatus
 
 // Document returns s encoded as a keeppeek.observed-status.v1 document for a put. The message is

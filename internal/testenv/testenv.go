@@ -41,6 +41,12 @@ type Options struct {
 	// with its permissions, and the server's own user can connect; Connect authenticates a principal
 	// as the user of the same name.
 	NATSUsers []natsserver.User
+	// ClockOffset, when set, runs the store on a wall clock that reads this much later (earlier, when
+	// negative) than the test's (store.Options.Clock): a state server on a host whose clock differs
+	// from its clients' (created_at_ms, updated_at_ms and expires_at_ms are then the skewed clock's;
+	// it runs at the same rate, so TTLs last as long). The state server's own stamps (a worker's
+	// first_seen_ms) stay on the test's clock.
+	ClockOffset time.Duration
 }
 
 // Env is a running state service.
@@ -83,6 +89,9 @@ func Start(t testing.TB, o Options) *Env {
 	opts := store.DefaultOptions()
 	if o.Bounds != nil {
 		opts.Bounds = *o.Bounds
+	}
+	if offset := o.ClockOffset; offset != 0 {
+		opts.Clock = func() time.Time { return time.Now().Add(offset) }
 	}
 	st, err := store.Open(filepath.Join(o.DataDir, "state-store.db"), opts)
 	if err != nil {

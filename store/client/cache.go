@@ -240,7 +240,9 @@ func randomHex(n int) string {
 // WatchID returns the id of the cache's watch.
 func (k *Cache) WatchID() string { return k.watchID }
 
-// Get returns the cached entry of key.
+// Get returns the cached entry of key. An entry with a TTL stays cached until the server's EXPIRE
+// arrives (or a snapshot lacks it): its expires_at_ms is a time of the server's clock, which may be
+// seconds or minutes off this host's, and the cache never judges it against the local clock.
 func (k *Cache) Get(key string) (wire.Entry, bool) {
 	k.mu.RLock()
 	defer k.mu.RUnlock()

@@ -37,11 +37,19 @@ type Env struct {
 // at the test's cleanup.
 func Start(t *testing.T, sources []sim.SourceConfig, admins ...string) *Env {
 	t.Helper()
+	return StartWith(t, testenv.Options{}, sources, admins...)
+}
+
+// StartWith is Start with the state service's options o (a clock offset, bounds); its Principals
+// are Start's.
+func StartWith(t *testing.T, o testenv.Options, sources []sim.SourceConfig, admins ...string) *Env {
+	t.Helper()
 	ps := []policy.Principal{{ID: "coordinator", Admin: true}, {ID: "media"}}
 	for _, a := range admins {
 		ps = append(ps, policy.Principal{ID: a, Admin: true})
 	}
-	env := testenv.Start(t, testenv.Options{Principals: ps})
+	o.Principals = ps
+	env := testenv.Start(t, o)
 	s := sim.New(env.Connect(t, "media"), sim.Options{Sources: sources, ReadyDelay: 50 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
