@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -105,6 +106,9 @@ type watch struct {
 	seq       uint64  // highest sequence sent
 	acked     uint64  // highest sequence acknowledged
 	sentAt    []int64 // ring of send times (monotonic ns): sequence q at sentAt[q % len]
+	// seen is when (monotonic ns) its client last sent a request naming it: the watch request, or an
+	// ack of any sequence, taken or refused (see CloseIdleWatches).
+	seen int64
 }
 
 // oldestUnacked is the send time of the oldest unacknowledged update; ok is false when none is.
@@ -394,7 +398,7 @@ func (s *Store) tryWatch(p policy.Principal, req wire.WatchRequest, sink Sink, m
 		return nil, WatchRef{}, false, wire.Errorf(wire.CodeWatchTooBroad, "the snapshot encodes to %d bytes (max_snapshot_bytes %d); narrow the prefix", size, s.opts.Bounds.MaxSnapshotBytes)
 	}
 	w := &watch{key: k, principal: p, ns: req.Namespace, prefix: req.KeyPrefix, sink: sink,
-		sentAt: make([]int64, s.opts.Bounds.MaxPendingUpdates)}
+		sentAt: make([]int64, s.opts.Bounds.MaxPendingUpdates), seen: monoNow()}
 	r.addLocked(w)
 	return ws, WatchRef{Principal: k.principal, WatchID: k.id, serial: w.serial}, false, nil
 }
@@ -418,7 +422,9 @@ func snapshotSize(requestID int64, ws *wire.WatchState) int64 {
 }
 
 // Ack records that the watch's client applied every update up to req.AppliedSequence. An ack below an
-// earlier one or above the highest sent is INVALID_ARGUMENT and changes nothing.
+// earlier one or above the highest sent is INVALID_ARGUMENT and changes nothing but the time the
+// watch was last named (CloseIdleWatches): its client is there, probing the watch as SPEC section 7.5
+// lets it (one past the highest it applied).
 func (s *Store) Ack(ctx context.Context, p policy.Principal, req wire.AckRequest) error {
 	if err := s.serving(); err != nil {
 		return err
@@ -433,6 +439,7 @@ func (s *Store) Ack(ctx context.Context, p policy.Principal, req wire.AckRequest
 	if w == nil {
 		return wire.Errorf(wire.CodeNotFound, "no live watch %q", req.WatchID)
 	}
+	w.seen = monoNow()
 	seq := uint64(*req.AppliedSequence)
 	if seq < w.acked {
 		return wire.Errorf(wire.CodeInvalidArgument, "applied_sequence %d is below the earlier ack %d", seq, w.acked)
@@ -527,6 +534,35 @@ func (s *Store) ReloadPrincipals(lookup func(id string) (policy.Principal, bool)
 		}
 		w.principal = p
 	}
+}
+
+// CloseIdleWatches closes with ACK_TIMEOUT, as the ack deadline does, every live watch whose client
+// sent no request naming it for longer than idle, and returns the registrations it closed. A request
+// names a watch when it comes from the watch's principal with its id: the watch request that
+// registered it, and every ack after, of any sequence, whether taken or refused INVALID_ARGUMENT (a
+// probe one past the highest applied, which store/client's Cache sends when idle). An ack naming an
+// unknown id, or another principal's watch of the same id, names nothing. It is for a transport that
+// cannot tell that a watch's subscriber is gone (a client of an external NATS server): a client that
+// crashed on a quiet namespace gets no update, so no ack is ever due and the ack deadline never closes
+// its watch, which would hold one of its principal's max_watches_per_principal slots for ever. A live
+// client that is closed this way learns of it from the close message (or from a NOT_FOUND answer to
+// its next ack) and watches again.
+func (s *Store) CloseIdleWatches(idle time.Duration) []WatchRef {
+	return s.watches.closeIdle(monoNow(), idle)
+}
+
+// closeIdle closes the watches not named since now-idle (see CloseIdleWatches).
+func (r *registry) closeIdle(now int64, idle time.Duration) []WatchRef {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var closed []WatchRef
+	for _, w := range r.byID {
+		if now-w.seen > int64(idle) {
+			closed = append(closed, WatchRef{Principal: w.key.principal, WatchID: w.key.id, serial: w.serial})
+			r.closeLocked(w, wire.CloseAckTimeout, fmt.Sprintf("the client sent no request naming the watch (an ack, of any sequence) for more than %v", idle))
+		}
+	}
+	return closed
 }
 
 // CloseWatches closes every live watch with reason (RESTORED, SNAPSHOT_FAILED, ...).

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/nats-io/nkeys"
@@ -76,6 +77,7 @@ func (r restartSettings) changedOnRestart(next restartSettings) []string {
 		{"nats.password", r.NATS.Password, next.NATS.Password},
 		{"nats.creds", r.NATS.Creds, next.NATS.Creds},
 		{"nats.watch_sweep_ms", r.NATS.WatchSweepMs, next.NATS.WatchSweepMs},
+		{"nats.watch_idle_ms", r.NATS.WatchIdleMs, next.NATS.WatchIdleMs},
 		{"the settings-backed namespaces ([state_store.settings])", r.Settings, next.Settings},
 	} {
 		if d.was != d.will {
@@ -105,7 +107,8 @@ func (c *Config) Ineffective() []string {
 		return out
 	}
 	if n.WatchSweepMs != 0 {
-		out = append(out, "nats.watch_sweep_ms ignored: only with the embedded server can stated see that a watch's subscriber is gone")
+		out = append(out, "nats.watch_sweep_ms ignored: only with the embedded server can stated see that a watch's subscriber is gone "+
+			"(nats.watch_idle_ms bounds how long a watch may go unnamed by its client instead)")
 	}
 	if n.Password != "" && n.User == "" {
 		out = append(out, "nats.password ignored: it is sent only with nats.user")
@@ -128,6 +131,11 @@ type NATSConfig struct {
 	// WatchSweepMs is how often, with the embedded server, stated looks for watches whose subscriber
 	// is gone (a watch with none at two looks running is dropped, freeing its slot). 0: 15,000.
 	WatchSweepMs int64 `toml:"watch_sweep_ms"`
+	// WatchIdleMs, when set (1,000 to 86,400,000), has stated close with ACK_TIMEOUT a watch whose
+	// client sent no request naming it (an ack, of any sequence) for that long: see
+	// server.Options.IdleWatch. It applies with either NATS server, and is for an external one,
+	// where the sweep cannot see that a watch's subscriber is gone. 0: off.
+	WatchIdleMs int64 `toml:"watch_idle_ms"`
 }
 
 // PrincipalConfig is one principal and its NATS user: authenticated by Password (plain text or a
@@ -312,6 +320,11 @@ func (c *Config) Validate() error {
 		// wrap around to a negative interval, or to one of a fraction of a millisecond.
 		return fmt.Errorf("nats: watch_sweep_ms must be from 10 to %d, got %d", maxWatchSweepMs, c.NATS.WatchSweepMs)
 	}
+	if c.NATS.WatchIdleMs != 0 && (c.NATS.WatchIdleMs < minWatchIdleMs || c.NATS.WatchIdleMs > maxWatchIdleMs) {
+		// Below a second, a client would have to name its watch more often than any does; the upper
+		// bound keeps the duration a time.Duration, as for watch_sweep_ms.
+		return fmt.Errorf("nats: watch_idle_ms must be 0 (off) or from %d to %d, got %d", minWatchIdleMs, maxWatchIdleMs, c.NATS.WatchIdleMs)
+	}
 	seen := map[string]bool{}
 	nkeyOwner := map[string]string{} // NATS keys nkey users by their key: one key is one user
 	for _, p := range c.Principals {
@@ -373,6 +386,12 @@ func checkBcrypt(password string) error {
 
 // maxWatchSweepMs is the largest watch_sweep_ms: one day, as for ack_deadline_ms.
 const maxWatchSweepMs = wire.MaxAckDeadlineMs
+
+// minWatchIdleMs and maxWatchIdleMs bound watch_idle_ms (when not 0): one second to one day.
+const (
+	minWatchIdleMs = 1_000
+	maxWatchIdleMs = wire.MaxAckDeadlineMs
+)
 
 // checkPrefixSpace refuses a subject prefix whose subjects would fall in a space that section 9's
 // permissions give away: every principal may subscribe to its inbox, _INBOX.<principal>.>, so under a
@@ -452,3 +471,27 @@ func (c *Config) DatabasePath() string { return filepath.Join(c.DataDir, Databas
 
 // EnsureDataDir creates data_dir.
 func (c *Config) EnsureDataDir() error { return os.MkdirAll(c.DataDir, 0o700) }
+
+// watchIdle is the server's bound on idle watches (server.Options.IdleWatch): watch_idle_ms, 0 off.
+func (c *Config) watchIdle() time.Duration {
+	return time.Duration(c.NATS.WatchIdleMs) * time.Millisecond
+}
+
+// minAdvisedWatchIdleMs is the least watch_idle_ms that keeps the watches of the project's clients at
+// their defaults: an idle store/client Cache checks its watch every 5 s (DefaultCheckInterval) unless
+// it acked meanwhile, so it may go two intervals, 10 s, plus a request's round trip, without naming
+// it; statectl watch checks every 5 s. 15 s leaves a third interval to spare. (A lease campaign checks
+// every RenewEvery, a third of its TTL by default: a long TTL needs a longer bound.)
+const minAdvisedWatchIdleMs = 15_000
+
+// watchIdleWarning says, when watch_idle_ms is set below minAdvisedWatchIdleMs, that it would close
+// the watches of live clients; "" otherwise.
+func (c *Config) watchIdleWarning() string {
+	ms := c.NATS.WatchIdleMs
+	if ms == 0 || ms >= minAdvisedWatchIdleMs {
+		return ""
+	}
+	return fmt.Sprintf("nats.watch_idle_ms %d is below %d: an idle store/client Cache may go 10 s without naming its watch "+
+		"(its liveness check runs every 5 s, skipped after an ack), statectl watch 5 s, a lease campaign twice its RenewEvery; "+
+		"a bound that close closes (ACK_TIMEOUT) the watches of live clients, which then watch again", ms, minAdvisedWatchIdleMs)
+}

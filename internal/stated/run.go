@@ -247,6 +247,9 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	for _, w := range cfg.Ineffective() {
 		logger.Warn("configuration: " + w)
 	}
+	if w := cfg.watchIdleWarning(); w != "" {
+		logger.Warn("configuration: " + w)
+	}
 
 	internalPassword := randomPassword()
 	var ns *natsserver.Server
@@ -294,7 +297,8 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		return fmt.Errorf("connect to NATS at %s: %w", natsurl.Redact(url), err)
 	}
 	sopts := server.Options{Prefix: cfg.SubjectPrefix, Principals: cfg.PolicyPrincipals(), BackupDir: filepath.Join(cfg.DataDir, "backups"),
-		Version: strings.TrimPrefix(Version(), "v"), Logger: logger, Metrics: metrics, SweepInterval: time.Duration(cfg.NATS.WatchSweepMs) * time.Millisecond}
+		Version: strings.TrimPrefix(Version(), "v"), Logger: logger, Metrics: metrics, SweepInterval: time.Duration(cfg.NATS.WatchSweepMs) * time.Millisecond,
+		IdleWatch: cfg.watchIdle()}
 	if ns != nil {
 		// Only the embedded server can say whether a watch's subscriber is still there.
 		sopts.Interest = ns.HasSubscriber

@@ -48,7 +48,9 @@
 // update of the watch, and a Cache then resyncs; a lost last update shows no gap, and a Cache finds it
 // by its liveness check (CacheOptions.CheckInterval), which acknowledges one past the last applied
 // update (INVALID_ARGUMENT, "above the highest sent", means nothing was lost; an ack the server takes
-// means the update was sent: one not received by then was lost). A raw Watch's user does the same. A
+// means the update was sent: one not received by then was lost). A raw Watch's user does the same,
+// and on a server that bounds idle watches (stated's watch_idle_ms) must ack, any sequence, more often
+// than the bound, or the server takes the watch for abandoned and closes it with ACK_TIMEOUT. A
 // lost request or reply is a request without a reply (its outcome unknown, as above), and a
 // request answered UNAVAILABLE (no responders) was sent nowhere: the client's node knew of no state
 // server at that moment, as for a moment after stated reconnected to another node or while the cluster

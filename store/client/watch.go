@@ -19,6 +19,9 @@ import (
 // the last applied, Ack what was applied (the server closes a watch with more than
 // max_pending_updates unacknowledged), and treat a gap, a CLOSED message, a closed channel and a NATS
 // reconnect (messages published while disconnected are lost) as "watch again". Always call Stop.
+// On a server that bounds idle watches (stated's watch_idle_ms), Ack (any sequence: one past the last
+// applied is a probe, refused INVALID_ARGUMENT while nothing was lost) more often than the bound, even
+// while nothing comes, or the server closes the watch with ACK_TIMEOUT as abandoned.
 type Watch struct {
 	c    *Client
 	id   string

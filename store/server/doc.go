@@ -11,5 +11,7 @@
 // other requests run on goroutines of their own, at most Options.MaxConcurrentRequests at once. Watch
 // updates are published without waiting for any watcher: one that does not read is cut off by NATS as
 // a slow consumer, and its watch closes with OVERFLOW or ACK_TIMEOUT, or is dropped by the sweep of
-// Options.Interest.
+// Options.Interest. A watch whose client went away on a quiet namespace (no update, so no ack due) is
+// dropped by that sweep on an embedded NATS server, or, where NATS cannot be asked, closed with
+// ACK_TIMEOUT once no request names it for Options.IdleWatch (off unless set).
 package server

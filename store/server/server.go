@@ -68,6 +68,20 @@ type Options struct {
 	Interest func(subject string) bool
 	// SweepInterval is how often the server looks for such watches. Default 15 s.
 	SweepInterval time.Duration
+	// IdleWatch, when positive, bounds how long a watch may go without a request of its client naming
+	// it: its watch request, or an ack of any sequence, taken or refused INVALID_ARGUMENT (see
+	// store.CloseIdleWatches). A watch silent for longer is closed as an ACK_TIMEOUT close is (the
+	// CLOSED message with reason ACK_TIMEOUT; its id free again), counted in WatchesIdleClosed and
+	// logged. It is for an external NATS server, which cannot be asked whether a watch's subscriber
+	// is there (Interest): a client that crashed on a quiet namespace gets no update, so no ack is
+	// ever due, and its watch would hold one of its principal's slots for ever (a worker that
+	// crash-loops, with a new watch id each start, would fill max_watches_per_principal). Every
+	// client must then name its watches more often than the bound, as the project's do when idle:
+	// a store/client Cache checks its watch every CheckInterval (5 s) unless it acked meanwhile, so
+	// it speaks at least every two intervals; a lease campaign's every RenewEvery, so at least every
+	// two; statectl watch every 5 s. The server looks every IdleWatch/4, at most every 5 s, so a
+	// watch is closed at most that long after the bound. Default 0: off.
+	IdleWatch time.Duration
 }
 
 // Server serves one store over one NATS connection.
@@ -94,7 +108,7 @@ type Server struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	stopOnce sync.Once
-	swept    chan struct{} // closed when the sweeper has returned (nil: no sweeper)
+	swept    chan struct{} // closed when the sweeper has returned (nil: no sweeper: no Interest, no IdleWatch)
 }
 
 // New makes a Server; Start begins serving.
@@ -125,6 +139,9 @@ func New(st *store.Store, nc *nats.Conn, opts Options) (*Server, error) {
 	}
 	if opts.SweepInterval < 0 {
 		return nil, fmt.Errorf("server: negative sweep interval %v", opts.SweepInterval)
+	}
+	if opts.IdleWatch < 0 {
+		return nil, fmt.Errorf("server: negative idle watch bound %v", opts.IdleWatch)
 	}
 	if err := checkPayload(st.Bounds(), nc.MaxPayload()); err != nil {
 		return nil, err
@@ -299,7 +316,7 @@ func (s *Server) Start() error {
 			s.opts.Prefix, err)
 	}
 	s.svc, s.hbSub = svc, sub
-	if s.opts.Interest != nil {
+	if s.opts.Interest != nil || s.opts.IdleWatch > 0 {
 		s.swept = make(chan struct{})
 		go s.sweep()
 	}
@@ -359,39 +376,75 @@ var adminOps = []wire.Op{wire.AdminBackup, wire.AdminAuditVerify}
 const probeToken = "_stated"
 
 // sweep drops, every SweepInterval, the watches whose delivery subject had no subscriber at this look
-// and the one before (see Options.Interest), until the server stops.
+// and the one before (see Options.Interest), and closes, every idleLookPeriod, the watches no request
+// named within IdleWatch (see Options.IdleWatch), until the server stops.
 func (s *Server) sweep() {
 	defer close(s.swept)
-	t := time.NewTicker(s.opts.SweepInterval)
-	defer t.Stop()
+	var sweeps, idleLooks <-chan time.Time
+	if s.opts.Interest != nil {
+		t := time.NewTicker(s.opts.SweepInterval)
+		defer t.Stop()
+		sweeps = t.C
+	}
+	if s.opts.IdleWatch > 0 {
+		t := time.NewTicker(idleLookPeriod(s.opts.IdleWatch))
+		defer t.Stop()
+		idleLooks = t.C
+	}
 	missing := map[store.WatchRef]bool{} // no subscriber at the last look
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-t.C:
-		}
-		next := map[store.WatchRef]bool{}
-		for _, ref := range s.st.LiveWatches() {
-			if s.opts.Interest(wire.WatchSubject(s.opts.Prefix, ref.Principal, ref.WatchID)) {
-				continue
-			}
-			if !missing[ref] {
-				next[ref] = true
-				continue
-			}
-			if s.st.DropWatch(ref) {
-				s.opts.Logger.Info("dropped a watch whose subscriber is gone", "principal", ref.Principal, "watch_id", ref.WatchID)
-				if m := s.opts.Metrics; m != nil {
-					m.WatchesDropped.Inc()
-				}
-			}
-		}
-		missing = next
-		if m := s.opts.Metrics; m != nil {
-			m.WatchSweeps.Inc()
+		case <-sweeps:
+			missing = s.dropUnheard(missing)
+		case <-idleLooks:
+			s.closeIdle()
 		}
 	}
+}
+
+// idleLookPeriod is how often the server looks for idle watches: a quarter of the bound, so a watch
+// is closed at most a quarter late, but at most every 5 s (a look walks every watch), and at least
+// every millisecond.
+func idleLookPeriod(idle time.Duration) time.Duration {
+	return min(max(idle/4, time.Millisecond), 5*time.Second)
+}
+
+// closeIdle closes the watches no request named within IdleWatch, and logs and counts each.
+func (s *Server) closeIdle() {
+	for _, ref := range s.st.CloseIdleWatches(s.opts.IdleWatch) {
+		s.opts.Logger.Info("closed a watch with ACK_TIMEOUT: its client sent no request naming it within the idle bound",
+			"principal", ref.Principal, "watch_id", ref.WatchID, "idle", s.opts.IdleWatch)
+		if m := s.opts.Metrics; m != nil {
+			m.WatchesIdleClosed.Inc()
+		}
+	}
+}
+
+// dropUnheard drops the watches whose delivery subject has no subscriber now and had none at the last
+// look (missing), and returns those that have none now.
+func (s *Server) dropUnheard(missing map[store.WatchRef]bool) map[store.WatchRef]bool {
+	next := map[store.WatchRef]bool{}
+	for _, ref := range s.st.LiveWatches() {
+		if s.opts.Interest(wire.WatchSubject(s.opts.Prefix, ref.Principal, ref.WatchID)) {
+			continue
+		}
+		if !missing[ref] {
+			next[ref] = true
+			continue
+		}
+		if s.st.DropWatch(ref) {
+			s.opts.Logger.Info("dropped a watch whose subscriber is gone", "principal", ref.Principal, "watch_id", ref.WatchID)
+			if m := s.opts.Metrics; m != nil {
+				m.WatchesDropped.Inc()
+			}
+		}
+	}
+	if m := s.opts.Metrics; m != nil {
+		m.WatchSweeps.Inc()
+	}
+	return next
 }
 
 // Stop stops taking requests and heartbeats, waits for the requests in flight (until ctx ends), then
