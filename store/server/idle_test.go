@@ -157,9 +157,7 @@ func TestIdleWatchIsClosedWithAckTimeout(t *testing.T) {
 		t.Fatalf("%d live watches after the close", n)
 	}
 	wantErr(t, request(t, alice, "alice", wire.OpAck, `{"watch_id":"silent","applied_sequence":0}`), wire.CodeNotFound)
-	if n := counter(t, env.metrics.WatchesIdleClosed); n != 1 {
-		t.Fatalf("state_watches_idle_closed_total = %v, want 1", n)
-	}
+	awaitIdleClosed(t, env, 1)
 	if n := counter(t, env.metrics.WatchClosures.WithLabelValues(string(wire.CloseAckTimeout))); n != 1 {
 		t.Fatalf("state_watch_closures_total{reason=ACK_TIMEOUT} = %v, want 1", n)
 	}
@@ -242,9 +240,7 @@ func TestIdleWatchIsKeptByRefusedProbes(t *testing.T) {
 	}
 	probe() // still live: INVALID_ARGUMENT, not NOT_FOUND
 	noWatchMessage(t, prober, "the probed watch")
-	if n := counter(t, env.metrics.WatchesIdleClosed); n != 3 {
-		t.Fatalf("state_watches_idle_closed_total = %v, want the 3 silent watches", n)
-	}
+	awaitIdleClosed(t, env, 3)
 }
 
 // A store/client Cache on a namespace where nothing happens sends its liveness checks, which keep
@@ -273,9 +269,7 @@ func TestIdleWatchKeepsAnIdleCache(t *testing.T) {
 	if n := k.Resyncs(); n != 0 {
 		t.Fatalf("the idle cache resynced %d times", n)
 	}
-	if n := counter(t, env.metrics.WatchesIdleClosed); n != 3 {
-		t.Fatalf("state_watches_idle_closed_total = %v, want the 3 silent watches only", n)
-	}
+	awaitIdleClosed(t, env, 3)
 	e, err := c.Put(ctx, wire.PutRequest{Namespace: "user/alice", Key: "k", Schema: "keeppeek.preference.v1", Document: json.RawMessage(`{"kind":"display"}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -321,5 +315,26 @@ func TestIdleWatchOffKeepsSilentWatches(t *testing.T) {
 	defer st.Close()
 	if _, err := server.New(st, offConn, server.Options{IdleWatch: -time.Second}); err == nil || !strings.Contains(err.Error(), "idle") {
 		t.Fatalf("a negative IdleWatch: %v, want refused", err)
+	}
+}
+
+// awaitIdleClosed waits until state_watches_idle_closed_total is want: the server counts a close
+// after it has sent the close message a test awaits. More than want, or want not reached within
+// timeout, fails the test.
+func awaitIdleClosed(t *testing.T, env *idleEnv, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		n := counter(t, env.metrics.WatchesIdleClosed)
+		if n > want {
+			t.Fatalf("state_watches_idle_closed_total = %v, want %v", n, want)
+		}
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("state_watches_idle_closed_total = %v after %v, want %v", n, timeout, want)
+		}
+		time.Sleep(time.Millisecond) // the increment follows the close message; no event tells
 	}
 }
