@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/keeppeek/coordination/internal/testenv"
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
+	"github.com/nats-io/nkeys"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -113,5 +116,46 @@ func TestUsageHidesThePassword(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := run(ctx, []string{"fleet", "--nats-url", env.URL, "--user", "coordinator"}, &out, &errOut); code != 0 {
 		t.Fatalf("fleet with the password of KP_PASSWORD: exit %d: %s", code, errOut.String())
+	}
+}
+
+// A principal configured with an nkey (SPEC 14) signs in with --nkey FILE (its seed), or KP_NKEY for
+// KP_USER's principal; the examples could send only a password, so such a principal could not run
+// them. --nkey with --password is refused; a seed file that is not one names the flag.
+func TestNkeyLogin(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	seedFile := filepath.Join(t.TempDir(), "coordinator.nk")
+	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := testenv.Start(t, testenv.Options{NATSUsers: []natsserver.User{{Name: "coordinator", Nkey: pub}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fleet := func(args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		code := run(ctx, append([]string{"fleet", "--nats-url", env.URL, "--user", "coordinator"}, args...), &out, &errOut)
+		return code, errOut.String()
+	}
+	if code, errs := fleet("--nkey", seedFile); code != 0 {
+		t.Fatalf("fleet with --nkey: exit %d: %s", code, errs)
+	}
+	if code, errs := fleet("--password", "x"); code == 0 || !strings.Contains(errs, "uthorization") {
+		t.Fatalf("a password for an nkey principal: exit %d: %s", code, errs)
+	}
+	t.Setenv("KP_USER", "coordinator")
+	t.Setenv("KP_NKEY", seedFile)
+	if code, errs := fleet(); code != 0 {
+		t.Fatalf("fleet with KP_NKEY: exit %d: %s", code, errs)
+	}
+	if code, errs := fleet("--nkey", seedFile, "--password", "x"); code == 0 || !strings.Contains(errs, "--nkey and --password") {
+		t.Fatalf("--nkey with --password: exit %d: %s", code, errs)
+	}
+	if code, errs := fleet("--nkey", filepath.Join(t.TempDir(), "missing.nk")); code == 0 || !strings.Contains(errs, "--nkey") {
+		t.Fatalf("a missing seed file: exit %d: %s", code, errs)
 	}
 }

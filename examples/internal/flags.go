@@ -4,6 +4,7 @@ package internal
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -20,11 +21,14 @@ import (
 // Conn is the connection flags of an example command.
 type Conn struct {
 	URL, User, Password *string
-	envUser             string // the user KP_PASSWORD belongs to: KP_USER, else the default user
+	// Nkey is the file of the principal's nkey seed (SPEC 14: a principal may be authenticated by an
+	// nkey instead of a password).
+	Nkey    *string
+	envUser string // the user KP_PASSWORD and KP_NKEY belong to: KP_USER, else the default user
 }
 
-// ConnFlags registers --nats-url, --user and --password on the command line (defaults from NATS_URL,
-// KP_USER, KP_PASSWORD; the user defaults to defUser).
+// ConnFlags registers --nats-url, --user, --password and --nkey on the command line (defaults from
+// NATS_URL, KP_USER, KP_PASSWORD, KP_NKEY; the user defaults to defUser).
 func ConnFlags(defUser string) Conn { return ConnFlagsOn(flag.CommandLine, defUser) }
 
 // ConnFlagsOn is ConnFlags on a flag set of the caller's. The password of KP_PASSWORD is not the
@@ -36,6 +40,7 @@ func ConnFlagsOn(fs *flag.FlagSet, defUser string) Conn {
 		URL:      fs.String("nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server"),
 		User:     fs.String("user", envUser, "principal"),
 		Password: fs.String("password", "", "password of the principal (default $KP_PASSWORD, for the user of $KP_USER only; none for the dev principal)"),
+		Nkey:     fs.String("nkey", "", "file of the principal's nkey seed, to sign in with instead of a password (default $KP_NKEY, for the user of $KP_USER only)"),
 		envUser:  envUser,
 	}
 }
@@ -51,6 +56,17 @@ func (c Conn) password() string {
 		return ""
 	}
 	return os.Getenv("KP_PASSWORD")
+}
+
+// nkey is --nkey, else KP_NKEY when the user is the environment's (as password).
+func (c Conn) nkey() string {
+	if c.Nkey != nil && *c.Nkey != "" {
+		return *c.Nkey
+	}
+	if *c.User != c.envUser {
+		return ""
+	}
+	return os.Getenv("KP_NKEY")
 }
 
 // ParseInterspersed parses args with fs and returns the positional arguments, letting flags come
@@ -113,7 +129,16 @@ func CheckWorkerFlags(workerID string, service *string) {
 // Dial connects as the principal with the inbox prefix its permissions allow.
 func (c Conn) Dial(name string, extra ...nats.Option) (*nats.Conn, error) {
 	opts := append([]nats.Option{nats.Name(name)}, extra...)
-	if pw := c.password(); pw != "" {
+	if seed := c.nkey(); seed != "" {
+		if *c.Password != "" {
+			return nil, errors.New("--nkey and --password are two ways to sign in: give one")
+		}
+		o, err := nats.NkeyOptionFromSeed(seed)
+		if err != nil {
+			return nil, fmt.Errorf("--nkey %s: %w", seed, err)
+		}
+		opts = append(opts, o)
+	} else if pw := c.password(); pw != "" {
 		opts = append(opts, nats.UserInfo(*c.User, pw))
 	}
 	return client.Connect(*c.URL, *c.User, opts...)
