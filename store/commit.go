@@ -242,6 +242,9 @@ type stage struct {
 	dbTot  int64
 	liveNS int64
 	ops    []stagedOp
+	// workers is, per worker-status prefix (workerGroup), the entries the staged ops add under it
+	// (negative: remove), beside those memory counts (space.workers).
+	workers map[string]int64
 	// reloads are the settings files the batch read, staged first (see stageReloads).
 	reloads map[string]*settingsReload
 }
@@ -275,9 +278,19 @@ func (st *stage) lookup(ns, key string) *wire.Entry {
 	return nil
 }
 
-// countPrefix counts the live entries of ns whose keys start with prefix, as staged, up to limit.
-func (st *stage) countPrefix(ns, prefix string, limit int64) int64 {
-	var n int64
+// countPrefix counts the live entries of ns whose keys start with prefix, as staged, up to limit (it
+// may stop there: exact is false when the count may be short of the total). A principal's worker-status prefix (wire.WorkersPrefix, the one PutSystem caps) is
+// counted from the counters memory and the stage keep, whatever the number of its workers: every
+// entry of memory whose deadline has passed by st.now is staged expired before any mutation (its
+// deadline is in the heap, and runBatch stages every due one), so what the counters hold is live.
+func (st *stage) countPrefix(ns, prefix string, limit int64) (n int64, exact bool) {
+	if g := workerGroup(ns, prefix); g != "" && g == prefix {
+		n = st.workers[g]
+		if sp := st.s.spaces[ns]; sp != nil {
+			n += sp.workers[g]
+		}
+		return n, true
+	}
 	vp := ns + "\x00" + prefix
 	for k, e := range st.vals {
 		if e != nil && strings.HasPrefix(k, vp) {
@@ -293,7 +306,7 @@ func (st *stage) countPrefix(ns, prefix string, limit int64) int64 {
 			return n < limit
 		})
 	}
-	return n
+	return n, n < limit
 }
 
 // set records key's new value (nil: removed) and keeps the counters.
@@ -313,11 +326,13 @@ func (st *stage) set(ns, key string, prev, next *wire.Entry) {
 			st.liveNS++
 		}
 		n.count++
+		st.countWorker(ns, key, 1)
 	case prev != nil && next == nil:
 		n.count--
 		if n.count == 0 {
 			st.liveNS--
 		}
+		st.countWorker(ns, key, -1)
 	}
 	n.bytes += delta
 	st.total += delta
@@ -325,6 +340,16 @@ func (st *stage) set(ns, key string, prev, next *wire.Entry) {
 		st.dbTot += delta
 	}
 	st.vals[ns+"\x00"+key] = next
+}
+
+// countWorker adds d to the staged count of key's worker-status prefix, if it has one.
+func (st *stage) countWorker(ns, key string, d int64) {
+	if g := workerGroup(ns, key); g != "" {
+		if st.workers == nil {
+			st.workers = map[string]int64{}
+		}
+		st.workers[g] += d
+	}
 }
 
 func (st *stage) checkGuard(m *mutation) error {
@@ -370,9 +395,12 @@ func (st *stage) stagePut(m *mutation) (*wire.Entry, error) {
 			return nil, wire.Errorf(wire.CodeQuotaExceeded, "%d namespaces hold entries (max_namespaces)", st.liveNS)
 		}
 		if m.capPrefix != "" {
-			if have := st.countPrefix(m.ns, m.capPrefix, m.capMax); have >= m.capMax {
-				// have stops at the bound (countPrefix counts no further): it is a lower bound.
-				return nil, wire.Errorf(wire.CodeQuotaExceeded, "%s holds at least %d live entries under %s (%s is %d)", m.ns, have, m.capPrefix, m.capBound, m.capMax)
+			if have, exact := st.countPrefix(m.ns, m.capPrefix, m.capMax); have >= m.capMax {
+				least := "at least "
+				if exact {
+					least = ""
+				}
+				return nil, wire.Errorf(wire.CodeQuotaExceeded, "%s holds %s%d live entries under %s (%s is %d)", m.ns, least, have, m.capPrefix, m.capBound, m.capMax)
 			}
 		}
 	} else {

@@ -21,6 +21,10 @@ type space struct {
 	// come and go (a group per meeting, a service per short-lived pool) would otherwise keep, for
 	// every namespace it ever served, an empty index and the nodes the index held for reuse.
 	tree *btree.BTreeG[*wire.Entry]
+	// workers counts, per principal's worker-status prefix (workerGroup), the entries the index holds
+	// under it: the max_workers_per_principal check of a new worker reads it instead of walking the
+	// principal's workers (thousands of them, in the serial committer). Only system has any.
+	workers map[string]int64
 }
 
 // indexDegree is the B-tree degree of a namespace's index.
@@ -66,6 +70,37 @@ func (sp *space) remove(key string) (*wire.Entry, bool) {
 		sp.tree = nil
 	}
 	return old, ok
+}
+
+// countWorker adds d to the count of key's worker-status prefix, if key has one.
+func (sp *space) countWorker(key string, d int64) {
+	g := workerGroup(sp.name, key)
+	if g == "" {
+		return
+	}
+	if sp.workers == nil {
+		sp.workers = map[string]int64{}
+	}
+	if sp.workers[g] += d; sp.workers[g] <= 0 {
+		delete(sp.workers, g)
+	}
+}
+
+// workerGroup is the worker-status prefix (wire.WorkersPrefix of a principal) that key of namespace
+// ns falls under, or "" when it falls under none.
+func workerGroup(ns, key string) string {
+	if ns != string(wire.KindSystem) {
+		return ""
+	}
+	rest, ok := strings.CutPrefix(key, "workers/")
+	if !ok {
+		return ""
+	}
+	i := strings.IndexByte(rest, '/')
+	if i <= 0 {
+		return ""
+	}
+	return key[:len("workers/")+i+1]
 }
 
 // ascend calls fn for each entry in key order until fn returns false.

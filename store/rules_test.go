@@ -264,3 +264,29 @@ func TestExpiryAfterWallClockStep(t *testing.T) {
 		t.Fatalf("update after the clock stepped past the deadline %+v", m)
 	}
 }
+
+// TestAckDeadlineAfterFullAck: a watch that acknowledged every update owes nothing and outlives any
+// deadline; an update sent after that is owed again, and its deadline closes the watch with
+// ACK_TIMEOUT (the deadline check visits only the watches that owe an ack).
+func TestAckDeadlineAfterFullAck(t *testing.T) {
+	s, _ := openT(t, DefaultOptions())
+	ctx := ctxT(t)
+	const ns = "service/tx"
+	_, ch := watchT(t, s, admin, "w", ns, "")
+	mustPut(t, s, admin, putLease(ns, "k"))
+	recv(t, ch)
+	if err := s.Ack(ctx, admin, wire.AckRequest{WatchID: "w", AppliedSequence: i64(1)}); err != nil {
+		t.Fatal(err)
+	}
+	r := &s.watches
+	limit := s.opts.Bounds.AckDeadlineMs * int64(time.Millisecond)
+	r.expireAcks(monoNow() + 2*limit)
+	noMessage(t, ch)
+	mustPut(t, s, admin, putLease(ns, "k"))
+	recv(t, ch)
+	r.expireAcks(monoNow() + 2*limit)
+	wantClosed(t, ch, wire.CloseAckTimeout)
+	if err := s.Ack(ctx, admin, wire.AckRequest{WatchID: "w", AppliedSequence: i64(2)}); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("ack after ACK_TIMEOUT: %v, want NOT_FOUND", err)
+	}
+}

@@ -262,8 +262,11 @@ func (s *Store) index(sp *space, e *wire.Entry) {
 		if old.ExpiresAtMs != 0 {
 			s.leased--
 		}
-	} else if sp.count() == 1 {
-		s.liveNamespaces++
+	} else {
+		sp.countWorker(e.Key, 1)
+		if sp.count() == 1 {
+			s.liveNamespaces++
+		}
 	}
 	sp.bytes += int64(len(e.Document))
 	s.totalBytes += int64(len(e.Document))
@@ -315,6 +318,7 @@ func (s *Store) unindex(sp *space, key string) {
 	if !ok {
 		return
 	}
+	sp.countWorker(key, -1)
 	if old.ExpiresAtMs != 0 {
 		s.leased--
 	}
@@ -500,11 +504,12 @@ type NamespaceStats struct {
 // Stats returns the current counters, namespaces in name order.
 func (s *Store) Stats() Stats {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	st := Stats{Namespaces: len(s.spaces), LiveNamespaces: s.liveNamespaces, TotalBytes: s.totalBytes, Watches: s.watches.count()}
+	st := Stats{Namespaces: len(s.spaces), LiveNamespaces: s.liveNamespaces, TotalBytes: s.totalBytes, Watches: s.watches.count(),
+		PerNamespace: make([]NamespaceStats, 0, len(s.spaces))}
 	for _, sp := range s.spaces {
 		st.PerNamespace = append(st.PerNamespace, NamespaceStats{Namespace: sp.name, Revision: sp.revision, Entries: sp.count(), Bytes: sp.bytes})
 	}
+	s.mu.RUnlock() // sorted after: a scrape of a store with many namespaces holds no commit up for it
 	sort.Slice(st.PerNamespace, func(i, j int) bool { return st.PerNamespace[i].Namespace < st.PerNamespace[j].Namespace })
 	return st
 }

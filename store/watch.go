@@ -127,8 +127,12 @@ type registry struct {
 	byID         map[watchKey]*watch
 	byNS         map[string][]*watch // each sorted by (principal, id): one principal's updates go out together
 	perPrincipal map[string]int64
-	serials      uint64 // registrations so far
-	shut         bool   // the store closed: nothing registers any more
+	// owing holds the live watches with an update sent and not acknowledged: the ack deadline's look
+	// (expireAcks) visits those only, not every live watch, while it holds the lock every fan-out
+	// waits for.
+	owing   map[*watch]struct{}
+	serials uint64 // registrations so far
+	shut    bool   // the store closed: nothing registers any more
 	// lookup, once ReloadPrincipals has run, is the authority on principals: a watch registering
 	// after a reload is checked against it, not against the principal its caller resolved before.
 	lookup func(id string) (policy.Principal, bool)
@@ -140,6 +144,7 @@ func (r *registry) init(b wire.Bounds, o Observer) {
 	r.byID = map[watchKey]*watch{}
 	r.byNS = map[string][]*watch{}
 	r.perPrincipal = map[string]int64{}
+	r.owing = map[*watch]struct{}{}
 }
 
 func (r *registry) count() int {
@@ -189,6 +194,7 @@ func (r *registry) addLocked(w *watch) {
 
 func (r *registry) removeLocked(w *watch) {
 	delete(r.byID, w.key)
+	delete(r.owing, w)
 	list := r.byNS[w.ns]
 	if i, ok := slices.BinarySearchFunc(list, w.key, cmpWatch); ok {
 		list = slices.Delete(list, i, i+1)
@@ -244,6 +250,7 @@ func (r *registry) fanout(ns string, ev *Event) {
 		}
 		w.seq++
 		w.sentAt[w.seq%uint64(len(w.sentAt))] = now
+		r.owing[w] = struct{}{}
 		w.sink(Message{WatchID: w.key.id, Sequence: w.seq, Event: ev})
 	}
 	for _, w := range overflow {
@@ -252,12 +259,12 @@ func (r *registry) fanout(ns string, ev *Event) {
 }
 
 // expireAcks closes with ACK_TIMEOUT every watch whose oldest unacknowledged update is older than the
-// ack deadline.
+// ack deadline. It visits the watches that owe an ack only.
 func (r *registry) expireAcks(now int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	limit := r.bounds.AckDeadlineMs * int64(time.Millisecond)
-	for _, w := range r.byID {
+	for w := range r.owing {
 		if oldest, ok := w.oldestUnacked(); ok && now-oldest > limit {
 			r.closeLocked(w, wire.CloseAckTimeout, "the oldest update was not acknowledged within ack_deadline_ms")
 		}
@@ -448,6 +455,9 @@ func (s *Store) Ack(ctx context.Context, p policy.Principal, req wire.AckRequest
 		return wire.Errorf(wire.CodeInvalidArgument, "applied_sequence %d is above the highest sent %d", seq, w.seq)
 	}
 	w.acked = seq
+	if w.acked == w.seq {
+		delete(r.owing, w)
+	}
 	return nil
 }
 

@@ -143,11 +143,72 @@ func TestWorkersPerPrincipalBoundLoweredAtOpen(t *testing.T) {
 	}
 	_, err = s.PutSystem(ctx, "alice", workerPut("alice", "new"))
 	wantCode(t, err, wire.CodeQuotaExceeded)
-	if msg := err.Error(); !strings.Contains(msg, "at least 2 ") || strings.Contains(msg, " 2 entries") {
+	if msg := err.Error(); !strings.Contains(msg, "holds 5 live entries") {
 		t.Fatalf("the refusal %q understates the 5 workers alice has", msg)
 	}
 	clk.advance(4 * time.Second) // w0 to w4 were rewritten with 3 s leases just now: all due
 	if _, err := s.PutSystem(ctx, "alice", workerPut("alice", "new")); err != nil {
 		t.Fatalf("a new worker once the others expired: %v", err)
 	}
+}
+
+// The count of a principal's workers that the max_workers_per_principal check reads stays equal to
+// the live worker entries under its prefix through creations, rewrites with and without a lease,
+// keepalives, expiries and a reopen, for principals whose ids extend one another's.
+func TestWorkersCountMatchesEntries(t *testing.T) {
+	opts, clk := withClock(DefaultOptions())
+	opts.Bounds.MaxWorkersPerPrincipal = 1000
+	s, path := openT(t, opts)
+	ctx := ctxT(t)
+	check := func(step string) {
+		t.Helper()
+		for _, p := range []string{"alice", "alice2", "bob"} {
+			l, err := s.List(ctx, admin, wire.ListRequest{Namespace: "system", KeyPrefix: wire.WorkersPrefix(p), Limit: 256})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.mu.RLock()
+			var have int64
+			if sp := s.spaces["system"]; sp != nil {
+				have = sp.workers[wire.WorkersPrefix(p)]
+			}
+			s.mu.RUnlock()
+			if have != int64(len(l.Entries)) {
+				t.Fatalf("%s: %s's workers counted %d, listed %d", step, p, have, len(l.Entries))
+			}
+		}
+	}
+	for i := range 30 {
+		p := []string{"alice", "alice2", "bob"}[i%3]
+		req := workerPut(p, fmt.Sprintf("w%d", i%7))
+		if i%4 == 0 {
+			req.TTLMs = nil
+		}
+		if _, err := s.PutSystem(ctx, p, req); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+		if i%5 == 0 {
+			if _, err := s.TouchSystem(ctx, req.Key); err != nil && !errors.Is(err, wire.ErrInvalidArgument) {
+				t.Fatalf("touch %d: %v", i, err)
+			}
+		}
+		check(fmt.Sprintf("after put %d", i))
+		if i%9 == 8 {
+			clk.advance(4 * time.Second)
+			if r := s.submit(ctx, &mutation{kind: mutBarrier}); r.err != nil {
+				t.Fatal(r.err)
+			}
+			check(fmt.Sprintf("after the expiries at %d", i))
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openAt(t, path, opts)
+	check("after reopening")
+	clk.advance(4 * time.Second)
+	if r := s.submit(ctx, &mutation{kind: mutBarrier}); r.err != nil {
+		t.Fatal(r.err)
+	}
+	check("after the last expiries")
 }
