@@ -21,6 +21,10 @@ type User struct {
 	Permissions *server.Permissions
 }
 
+// MaxPayload is the largest message the embedded server takes (nats-server's max_payload): 1 MiB,
+// its default.
+const MaxPayload = 1 << 20
+
 // Options configure the embedded server.
 type Options struct {
 	// Listen is host:port; port 0 picks a free port. Default "127.0.0.1:4222".
@@ -130,7 +134,7 @@ func serverOptions(o Options) (*server.Options, error) {
 		Port:       port,
 		NoLog:      true,
 		NoSigs:     true,
-		MaxPayload: 1 << 20,
+		MaxPayload: MaxPayload,
 		// The server keeps the details of recently closed connections only for its monitoring
 		// endpoint, which the embedded server does not serve; its default of 10,000 would grow with
 		// every worker restart.

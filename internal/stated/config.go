@@ -4,8 +4,10 @@
 package stated
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -20,8 +22,11 @@ import (
 	"github.com/nats-io/nkeys"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/keeppeek/coordination/internal/natsserver"
+	"github.com/keeppeek/coordination/internal/natsurl"
 	"github.com/keeppeek/coordination/internal/settingsfile"
 	"github.com/keeppeek/coordination/store/policy"
+	"github.com/keeppeek/coordination/store/server"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -42,6 +47,9 @@ type Config struct {
 	// file is what the file said of the settings that only a restart applies, as read (before the
 	// command line's overrides): a reload compares the file's new values with these.
 	file restartSettings
+	// natsURLFlag is --nats-url ("" when not given): it overrides the file's [nats] at every reading,
+	// reloads included.
+	natsURLFlag string
 }
 
 // restartSettings are the settings of the file that a SIGHUP does not apply (principals are
@@ -307,6 +315,12 @@ func (c *Config) Validate() error {
 	if c.NATS.URL == "" && c.NATS.Listen == "" {
 		return fmt.Errorf("nats: set listen or url")
 	}
+	if c.NATS.URL != "" {
+		if err := checkNATSURL(c.NATS.URL); err != nil {
+			// Redacted: the URL may carry a login, and this error goes to the log.
+			return fmt.Errorf("nats: url %q: %w", natsurl.Redact(c.NATS.URL), err)
+		}
+	}
 	if err := checkListen(c.HTTPListen); err != nil {
 		return fmt.Errorf("http_listen: %w", err)
 	}
@@ -358,6 +372,55 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// checkNATSURL checks urls as nats.Connect reads them (a comma-separated list; an element without a
+// scheme is taken as nats://), so that a malformed url is refused with the configuration, exit code
+// 2, rather than found when stated connects, after it opened the store. The error it returns never
+// repeats the URL, which may carry a login.
+func checkNATSURL(urls string) error {
+	n := 0
+	for p := range strings.SplitSeq(urls, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue // nats.Connect skips empty elements too
+		}
+		n++
+		if !strings.Contains(p, "://") {
+			p = "nats://" + p
+		}
+		u, err := neturl.Parse(p)
+		if err != nil {
+			var uerr *neturl.Error
+			if errors.As(err, &uerr) {
+				err = uerr.Err // without the URL it quotes
+			}
+			return fmt.Errorf("not a NATS URL (nats://host:port, or a comma-separated list of them): %w", err)
+		}
+		if u.Hostname() == "" {
+			return fmt.Errorf("a URL names no host (want nats://host:port, or a comma-separated list of them)")
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("no URL (want nats://host:port, or a comma-separated list of them)")
+	}
+	return nil
+}
+
+// checkEmbeddedPayload refuses, with the embedded NATS server, bounds whose messages its max_payload
+// could not carry (server.CheckPayload). The server refuses them too, but only once it is connected:
+// after the store was opened and NATS started, and as a runtime failure (exit code 1) rather than a
+// configuration error naming the file. An external server's max_payload is known only once
+// connected: there the server's own check is the one.
+func (c *Config) checkEmbeddedPayload() error {
+	if c.NATS.URL != "" {
+		return nil
+	}
+	b, err := c.BoundsValue()
+	if err != nil {
+		return err
+	}
+	return server.CheckPayload(b, natsserver.MaxPayload)
 }
 
 // bcryptHashLen is the length of every bcrypt hash: $2a$, the cost, $, 22 characters of salt and 31

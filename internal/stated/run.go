@@ -71,6 +71,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return 2
 	}
+	if err := cfg.checkEmbeddedPayload(); err != nil {
+		if cfg.Path() != "" {
+			err = fmt.Errorf("config %s: %w", cfg.Path(), err)
+		}
+		fmt.Fprintf(stderr, "stated: %v\n", err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	hup := make(chan os.Signal, 1)
@@ -111,6 +118,7 @@ func parseServeFlags(name string, args []string, stderr io.Writer) (*Config, err
 	}
 	if *natsURL != "" {
 		cfg.NATS.URL, cfg.NATS.Listen = *natsURL, ""
+		cfg.natsURLFlag = *natsURL
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "stated: %v\n", err)
@@ -154,7 +162,7 @@ func restore(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if err := cfg.EnsureDataDir(); err != nil {
-		fmt.Fprintf(stderr, "stated restore: %v\n", err)
+		fmt.Fprintf(stderr, "stated restore: data_dir %s: %v\n", cfg.DataDir, err)
 		return 1
 	}
 	epoch, err := store.Restore(cfg.DatabasePath(), f, opts)
@@ -219,7 +227,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		<-httpDone
 	}()
 	if err := cfg.EnsureDataDir(); err != nil {
-		return err
+		return fmt.Errorf("data_dir %s: %w", cfg.DataDir, err)
 	}
 	if cfg.Path() != "" {
 		// A stated killed while it wrote a settings-backed namespace left its temporary file, a copy
@@ -271,7 +279,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		ns, err = natsserver.Start(embeddedNATSOptions(cfg, users))
 		if err != nil {
 			st.Close()
-			return err
+			return fmt.Errorf("nats.listen %s: %w", cfg.NATS.Listen, err)
 		}
 		url = ns.ClientURL()
 		// stated's own connection to its embedded server is an in-memory pipe, not a loopback socket.
@@ -530,6 +538,15 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, st *store.St
 	}
 	if changed := cfg.file.changedOnRestart(next.file); len(changed) > 0 {
 		logger.Warn("SIGHUP: changed in the file, in effect at the next restart: " + strings.Join(changed, ", "))
+	}
+	// A key that will have no effect at the next restart either (nats.user with the embedded server)
+	// is named as at start: "in effect at the next restart" alone would promise it.
+	mode := *next
+	if cfg.natsURLFlag != "" {
+		mode.NATS.URL, mode.NATS.Listen = cfg.natsURLFlag, ""
+	}
+	for _, w := range mode.Ineffective() {
+		logger.Warn("SIGHUP: configuration: " + w)
 	}
 	if !reloadSettings(cfg, st, logger) {
 		return

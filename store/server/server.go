@@ -143,7 +143,7 @@ func New(st *store.Store, nc *nats.Conn, opts Options) (*Server, error) {
 	if opts.IdleWatch < 0 {
 		return nil, fmt.Errorf("server: negative idle watch bound %v", opts.IdleWatch)
 	}
-	if err := checkPayload(st.Bounds(), nc.MaxPayload()); err != nil {
+	if err := CheckPayload(st.Bounds(), nc.MaxPayload()); err != nil {
 		return nil, err
 	}
 	s := &Server{st: st, nc: nc, opts: opts, hbLanes: latestLanes{n: heartbeatLanes, limit: heartbeatsWaiting},
@@ -161,11 +161,11 @@ func New(st *store.Store, nc *nats.Conn, opts Options) (*Server, error) {
 // with room to spare.
 const envelopeRoom = 8192
 
-// checkPayload reports the bounds that a NATS server taking messages of at most maxPayload bytes could
+// CheckPayload reports the bounds that a NATS server taking messages of at most maxPayload bytes could
 // not carry: a document of max_document_bytes in a put, a reply or an update, or a watch reply of
 // max_snapshot_bytes. Such a message would be refused by the client or the server, so a put, a reply
 // or a watch would fail with no state error to say why.
-func checkPayload(b wire.Bounds, maxPayload int64) error {
+func CheckPayload(b wire.Bounds, maxPayload int64) error {
 	if maxPayload <= 0 {
 		return nil // not told (not connected yet): the connection's own errors will say
 	}
@@ -181,9 +181,9 @@ func checkPayload(b wire.Bounds, maxPayload int64) error {
 }
 
 // CheckBounds reports the bounds of b that the NATS server this server is connected to could not
-// carry (see checkPayload): a reload of the configuration can refuse, while the server runs, bounds
+// carry (see CheckPayload): a reload of the configuration can refuse, while the server runs, bounds
 // on which the next start would fail.
-func (s *Server) CheckBounds(b wire.Bounds) error { return checkPayload(b, s.nc.MaxPayload()) }
+func (s *Server) CheckBounds(b wire.Bounds) error { return CheckPayload(b, s.nc.MaxPayload()) }
 
 func principalMap(ps []policy.Principal) (map[string]policy.Principal, error) {
 	m := make(map[string]policy.Principal, len(ps))
