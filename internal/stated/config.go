@@ -50,6 +50,20 @@ type Config struct {
 	// natsURLFlag is --nats-url ("" when not given): it overrides the file's [nats] at every reading,
 	// reloads included.
 	natsURLFlag string
+	// dataDirFlag is --data-dir ("" when not given): it overrides the file's data_dir.
+	dataDirFlag string
+}
+
+// overriddenBy names the command-line flag that overrides key of the file ("" when none does): a
+// change of that key in the file takes no effect at a restart with the same command line either.
+func (c *Config) overriddenBy(key string) string {
+	switch {
+	case key == "data_dir" && c.dataDirFlag != "":
+		return "--data-dir"
+	case (key == "nats.url" || key == "nats.listen") && c.natsURLFlag != "":
+		return "--nats-url"
+	}
+	return ""
 }
 
 // restartSettings are the settings of the file that a SIGHUP does not apply (principals are
@@ -376,7 +390,9 @@ func (c *Config) Validate() error {
 
 // checkNATSURL checks urls as nats.Connect reads them (a comma-separated list; an element without a
 // scheme is taken as nats://), so that a malformed url is refused with the configuration, exit code
-// 2, rather than found when stated connects, after it opened the store. The error it returns never
+// 2, rather than found when stated connects, after it opened the store. It is stricter in one way: a
+// URL naming no host (nats://:4222), which nats.Connect takes for the local machine, is refused, as
+// the mark of a template variable left empty. The error it returns never
 // repeats the URL, which may carry a login.
 func checkNATSURL(urls string) error {
 	n := 0

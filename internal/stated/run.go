@@ -115,6 +115,7 @@ func parseServeFlags(name string, args []string, stderr io.Writer) (*Config, err
 	}
 	if *dataDir != "" {
 		cfg.DataDir = *dataDir
+		cfg.dataDirFlag = *dataDir
 	}
 	if *natsURL != "" {
 		cfg.NATS.URL, cfg.NATS.Listen = *natsURL, ""
@@ -536,8 +537,22 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, st *store.St
 	if cb, err := cfg.BoundsValue(); err == nil && nb != cb {
 		logger.Warn("SIGHUP: bounds changed in the file; they take effect at the next restart")
 	}
-	if changed := cfg.file.changedOnRestart(next.file); len(changed) > 0 {
-		logger.Warn("SIGHUP: changed in the file, in effect at the next restart: " + strings.Join(changed, ", "))
+	// A key the command line overrides is not promised for the next restart: one with the same
+	// command line keeps the flag's value.
+	var waiting, overridden []string
+	for _, k := range cfg.file.changedOnRestart(next.file) {
+		if f := cfg.overriddenBy(k); f != "" {
+			overridden = append(overridden, k+" ("+f+")")
+		} else {
+			waiting = append(waiting, k)
+		}
+	}
+	if len(waiting) > 0 {
+		logger.Warn("SIGHUP: changed in the file, in effect at the next restart: " + strings.Join(waiting, ", "))
+	}
+	if len(overridden) > 0 {
+		logger.Warn("SIGHUP: changed in the file, but overridden on the command line (a restart with the same flags keeps them): " +
+			strings.Join(overridden, ", "))
 	}
 	// A key that will have no effect at the next restart either (nats.user with the embedded server)
 	// is named as at start: "in effect at the next restart" alone would promise it.
