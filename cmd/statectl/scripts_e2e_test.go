@@ -60,6 +60,9 @@ func TestConnectionErrorsDoNotPrintTheURLLogin(t *testing.T) {
 		{"nats://coordinator:s3cret-url-pw@" + closed, "s3cret-url-pw", []string{"get", "service/tx", "k"}},
 		{"nats://t0ken-in-url@" + closed, "t0ken-in-url", []string{"ls", "service/tx"}},
 		{"nats://other:0ther-pw@127.0.0.1:1,nats://coordinator:s3cret-url-pw@" + closed, "pw@", []string{"info"}},
+		// A list written with a space after its comma (as nats.Connect takes it): a URL nats.go cannot
+		// parse is quoted in its error without that space.
+		{"nats://other:0ther-pw@127.0.0.1:1, nats://coordinator:s3cret%zz-pw@" + closed, "s3cret%zz", []string{"info"}},
 		{"nats://coordinator:s3cret-url-pw@" + closed, "s3cret-url-pw", []string{"bench", "--metrics-url", "", "--watches", "1",
 			"--connections", "1", "--writers", "1", "--owners", "1", "--entries", "1", "--idle", "0s"}},
 	} {

@@ -240,7 +240,10 @@ func drain(status chan nats.Status) {
 func (w *watcher) follow(ctx context.Context, wt *client.Watch, status chan nats.Status) (reason string, closed bool, err error) {
 	// An ack answered NOT_FOUND means the server closed the watch (OVERFLOW, say) after sending what is
 	// still queued here: those updates and the CLOSED message are printed, without acks, for as long as
-	// a request may take; then the watch starts again.
+	// a request may take; then the watch starts again. So does one answered UNAVAILABLE: a stated that
+	// is stopping (SIGTERM) refuses requests, or no longer takes them (no responders), before it
+	// closes its watches with SHUTDOWN, and that close, which counts towards --count and says why the
+	// watch starts again, would otherwise be lost to a race with the ack.
 	var gone <-chan time.Time
 	var ackFailed string
 	// While nothing comes, the watch is checked every checkInterval, as a Cache checks its own: a
@@ -266,7 +269,13 @@ func (w *watcher) follow(ctx context.Context, wt *client.Watch, status chan nats
 				check.Reset(checkInterval)
 				continue
 			}
-			reason, sent, err := w.check(ctx, wt)
+			reason, sent, wait, err := w.check(ctx, wt)
+			if wait {
+				// Refused by a stopping stated: its close may still come, as after a refused ack.
+				ackFailed, gone = reason, time.After(w.requestTimeout())
+				check.Reset(checkInterval)
+				continue
+			}
 			if reason != "" || err != nil {
 				return reason, false, err
 			}
@@ -327,7 +336,7 @@ func (w *watcher) follow(ctx context.Context, wt *client.Watch, status chan nats
 					return "", false, nil
 				}
 				ackFailed = fmt.Sprintf("ack %d failed: %v", w.seq, err)
-				if !errors.Is(err, wire.ErrNotFound) {
+				if !errors.Is(err, wire.ErrNotFound) && !errors.Is(err, wire.ErrUnavailable) {
 					return ackFailed, false, nil
 				}
 				gone = time.After(w.requestTimeout())
@@ -343,22 +352,25 @@ var checkInterval = client.DefaultCheckInterval
 // check asks the server whether the watch still exists and whether it sent an update past the last
 // one printed, by acknowledging one past it (SPEC 7.5: above the highest sent is INVALID_ARGUMENT,
 // and changes nothing). sent is true when the server took it: that update was sent, and is awaited.
-// A reason says why the watch starts again (the server no longer has it, or did not answer).
-func (w *watcher) check(ctx context.Context, wt *client.Watch) (reason string, sent bool, err error) {
+// A reason says why the watch starts again (the server no longer has it, or did not answer); with
+// wait, only once what the server still sends has been printed, for as long as a request may take
+// (a check refused UNAVAILABLE: a stated that is stopping refuses requests before it closes its
+// watches with SHUTDOWN).
+func (w *watcher) check(ctx context.Context, wt *client.Watch) (reason string, sent, wait bool, err error) {
 	actx, cancel := context.WithTimeout(ctx, w.requestTimeout())
 	err = wt.Ack(actx, w.seq+1)
 	cancel()
 	switch {
 	case err == nil:
-		return "", true, nil
+		return "", true, false, nil
 	case errors.Is(err, wire.ErrInvalidArgument):
-		return "", false, nil // nothing sent past what was printed
+		return "", false, false, nil // nothing sent past what was printed
 	case ctx.Err() != nil:
-		return "", false, nil
+		return "", false, false, nil
 	case errors.Is(err, wire.ErrNotFound):
-		return "the server no longer has the watch (stated restarted?)", false, nil
+		return "the server no longer has the watch (stated restarted?)", false, false, nil
 	}
-	return fmt.Sprintf("checking the watch failed: %v", err), false, nil
+	return fmt.Sprintf("checking the watch failed: %v", err), false, errors.Is(err, wire.ErrUnavailable), nil
 }
 
 // stop ends an incarnation. A watch the server closed is gone: only the subscription is released

@@ -23,11 +23,15 @@ func Redact(urls string) string {
 }
 
 // RedactIn is msg with the logins of the URLs in urls (as Redact takes them) hidden wherever msg
-// names one of those URLs: the errors of a NATS connection name the URL they were given.
+// names one of those URLs, with or without the spaces around it in the list: the errors of a NATS
+// connection name the URL they were given (nats.go trims it before it parses, and quotes what it
+// could not parse).
 func RedactIn(msg, urls string) string {
 	for p := range strings.SplitSeq(urls, ",") {
-		if r := redactOne(p); r != p && p != "" {
-			msg = strings.ReplaceAll(msg, p, r)
+		for _, q := range []string{p, strings.TrimSpace(p)} {
+			if r := redactOne(q); r != q && q != "" {
+				msg = strings.ReplaceAll(msg, q, r)
+			}
 		}
 	}
 	return msg

@@ -31,6 +31,7 @@ func TestRedactIn(t *testing.T) {
 		{"nats://a:p1@h:1, nats://b:p2@h:2", "connect nats://a:p1@h:1, nats://b:p2@h:2: x", "connect nats://a:xxxxx@h:1, nats://b:xxxxx@h:2: x"},
 		{"nats://u:p%zz@h:1", "connect nats://u:p%zz@h:1: x", "connect nats://xxxxx@h:1: x"},
 		{"nats://h:1", "connect nats://h:1: x", "connect nats://h:1: x"},
+		{"nats://a:p1@h:1, nats://b:p%zz@h:2", `parse "nats://b:p%zz@h:2": x`, `parse "nats://xxxxx@h:2": x`}, // trimmed by nats.go
 	} {
 		if got := RedactIn(c.msg, c.urls); got != c.want {
 			t.Errorf("RedactIn(%q, %q) = %q, want %q", c.msg, c.urls, got, c.want)

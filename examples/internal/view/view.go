@@ -383,8 +383,28 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		// (a new publisher took it over): the media server has ended this subscription. Or the intent
 		// now names another source, stream or variant: this one is not wanted any more. End it, and
 		// subscribe (again) when the variant wanted is READY.
-		if err := v.cmds.Unsubscribe(ctx, cur.id); err != nil && !errors.Is(err, capabilities.ErrSubscriptionNotFound) {
+		err := v.cmds.Unsubscribe(ctx, cur.id)
+		switch {
+		case err == nil || errors.Is(err, capabilities.ErrSubscriptionNotFound):
+		case errors.Is(err, context.DeadlineExceeded):
+			// Taken by a slow media server, which carries it out late (as end does).
 			v.cfg.Logger.Warn("unsubscribe", "intent", req.Key, "err", err)
+		default:
+			// The unsubscribe reached nobody (a media server gone silent before the snapshot reads
+			// as stale): back with the same session, it still has the subscription, and forgotten
+			// now it would stay there for good beside the next one, named by no status. Kept, and
+			// ended again until the media server answers (NOT_FOUND once it ended it itself).
+			status.State, status.SubscriptionID, status.VariantID = reconciler.StatePending, cur.id, cur.variantID
+			status.Message = "the media server does not answer; ending subscription " + cur.id + " once it does"
+			if v.lastSig(req.Key) != sigOf(status) { // warned of once per outage, not at every retry
+				v.cfg.Logger.Warn("unsubscribe", "intent", req.Key, "err", err)
+			} else {
+				v.cfg.Logger.Debug("unsubscribe", "intent", req.Key, "err", err)
+			}
+			if err := v.status(ctx, req.Key, status); err != nil {
+				v.cfg.Logger.Warn("status not written", "intent", req.Key, "err", err)
+			}
+			return reconciler.Result{RequeueAfter: endRetry}, nil
 		}
 		v.mu.Lock()
 		delete(v.subs, req.Key)
@@ -428,6 +448,13 @@ func (v *Viewer) reportedMemo(intentKey string) (statusMemo, bool) {
 	defer v.mu.Unlock()
 	last, ok := v.lastStatus[intentKey]
 	return last, ok && !last.stopped()
+}
+
+// lastSig returns what the last status written of the intent said ("" for none).
+func (v *Viewer) lastSig(intentKey string) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.lastStatus[intentKey].sig
 }
 
 func (m statusMemo) stopped() bool {
