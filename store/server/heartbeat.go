@@ -321,8 +321,9 @@ type warnEvery struct {
 }
 
 // due reports whether a warning about principal goes out now, and if so starts its period. A
-// principal whose period has ended is forgotten then: one warned about once is not remembered for as
-// long as the server runs, so the map holds the principals warned about within the last period.
+// principal whose period has ended is forgotten then, when a warning goes out: one warned about once
+// is not remembered for as long as the server runs. Between warnings the map may still hold
+// principals whose period ended, at most every configured one (keep drops those removed at reload).
 func (w *warnEvery) due(principal string, now time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
