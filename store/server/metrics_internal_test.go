@@ -155,7 +155,9 @@ func TestAdminRequestsWaitForAConcurrencySlot(t *testing.T) {
 // there.
 func TestRequestsDroppedByNATSAreCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	s := startServer(t, Options{MaxConcurrentRequests: 1, Metrics: NewMetrics(reg)})
+	// 8 MiB wait in the subscription: far below the NATS server's own bound on the server's
+	// connection (three quarters of 64 MiB), past which it would drop requests the server never sees.
+	s := startServer(t, Options{MaxConcurrentRequests: 1, Metrics: NewMetrics(reg), pendingBytes: 8 << 20})
 	defer func() { _ = s.Stop(context.Background()) }()
 	nc, err := nats.Connect(s.nc.ConnectedUrl())
 	if err != nil {
@@ -169,8 +171,9 @@ func TestRequestsDroppedByNATSAreCounted(t *testing.T) {
 	replies.SetPendingLimits(-1, -1)
 	s.slots <- struct{}{} // a request being handled holds the only slot
 	// Requests of almost a MiB each (a valid info request, padded with spaces): the first waits for
-	// the slot in the handler, the next 64 or so wait in the subscription, the rest are dropped.
-	const sent = 90
+	// the slot in the handler, the next 8 or so wait in the subscription, the rest are dropped. 30 in
+	// all: what waits on the NATS server for the server's connection never reaches its own bound.
+	const sent = 30
 	pad := strings.Repeat(" ", int(nc.MaxPayload())-1024)
 	subject := wire.StateSubject(wire.DefaultPrefix, "coordinator", wire.OpInfo)
 	for i := range sent {
@@ -224,7 +227,7 @@ func TestRequestsDroppedByNATSAreCounted(t *testing.T) {
 // are: every heartbeat sent is counted under one outcome.
 func TestHeartbeatsDroppedByNATSAreCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	s := startServer(t, Options{Metrics: NewMetrics(reg)})
+	s := startServer(t, Options{Metrics: NewMetrics(reg), pendingBytes: 8 << 20}) // as for requests above
 	defer func() { _ = s.Stop(context.Background()) }()
 	nc, err := nats.Connect(s.nc.ConnectedUrl())
 	if err != nil {
@@ -232,7 +235,7 @@ func TestHeartbeatsDroppedByNATSAreCounted(t *testing.T) {
 	}
 	defer nc.Close()
 	// The handler reads the principals before it hands a heartbeat over: holding them holds it, and
-	// the heartbeats after the one it holds wait in the subscription, past whose 64 MiB NATS drops
+	// the heartbeats after the one it holds wait in the subscription, past whose 8 MiB NATS drops
 	// the rest.
 	s.mu.Lock()
 	held := true
@@ -241,7 +244,7 @@ func TestHeartbeatsDroppedByNATSAreCounted(t *testing.T) {
 			s.mu.Unlock()
 		}
 	}()
-	const sent = 1300
+	const sent = 400 // 24 MB: over the subscription's 8 MiB, under the NATS server's own bound
 	body := []byte(`{"worker_id":"w1","service":"tx","sequence":1,"sent_at_ms":1,"interval_ms":1000,"status":"ready"}` +
 		strings.Repeat(" ", 60_000))
 	for range sent {

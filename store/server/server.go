@@ -82,6 +82,13 @@ type Options struct {
 	// two; statectl watch every 5 s. The server looks every IdleWatch/4, at most every 5 s, so a
 	// watch is closed at most that long after the bound. Default 0: off.
 	IdleWatch time.Duration
+
+	// pendingBytes, when positive, replaces nats.go's 64 MiB bound on the bytes of requests and of
+	// heartbeats that may wait in the server's subscriptions before NATS drops them. Tests lower it,
+	// so that a flood is dropped there (and counted) long before the NATS server's own bound on what
+	// waits to be written to the server's connection, past which it drops messages the server never
+	// sees (NoFastProducerStall).
+	pendingBytes int
 }
 
 // Server serves one store over one NATS connection.
@@ -271,16 +278,23 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("server: add service: %w", err)
 	}
+	endpointOpts := func(subject string) []micro.EndpointOpt {
+		opts := []micro.EndpointOpt{micro.WithEndpointSubject(subject)}
+		if s.opts.pendingBytes > 0 {
+			opts = append(opts, micro.WithEndpointPendingLimits(nats.DefaultSubPendingMsgsLimit, s.opts.pendingBytes))
+		}
+		return opts
+	}
 	for _, op := range wire.Ops {
 		subject := s.opts.Prefix + ".state.v1.*." + string(op)
-		if err := svc.AddEndpoint(string(op), s.handler(op), micro.WithEndpointSubject(subject)); err != nil {
+		if err := svc.AddEndpoint(string(op), s.handler(op), endpointOpts(subject)...); err != nil {
 			_ = svc.Stop()
 			return fmt.Errorf("server: endpoint %s: %w", op, err)
 		}
 	}
 	for _, op := range adminOps {
 		subject := s.opts.Prefix + ".admin.v1.*." + string(op)
-		if err := svc.AddEndpoint("admin_"+string(op), s.adminHandler(op), micro.WithEndpointSubject(subject)); err != nil {
+		if err := svc.AddEndpoint("admin_"+string(op), s.adminHandler(op), endpointOpts(subject)...); err != nil {
 			_ = svc.Stop()
 			return fmt.Errorf("server: endpoint %s: %w", op, err)
 		}
@@ -289,6 +303,9 @@ func (s *Server) Start() error {
 	if err != nil {
 		_ = svc.Stop()
 		return fmt.Errorf("server: heartbeat subscription: %w", err)
+	}
+	if s.opts.pendingBytes > 0 {
+		_ = sub.SetPendingLimits(nats.DefaultSubPendingMsgsLimit, s.opts.pendingBytes)
 	}
 	// The server publishes replies into the requesters' inboxes (_INBOX.<principal>...) and updates
 	// on the watch subjects: one empty message to each kind of subject, under a token that is no
