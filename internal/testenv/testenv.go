@@ -7,6 +7,7 @@ package testenv
 import (
 	"context"
 	"crypto/rand"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -33,6 +34,13 @@ type Options struct {
 	// WatchSweep, when set, has the server look this often for watches whose subscriber is gone
 	// (server.Options.Interest, answered by the embedded NATS server), and gives the Env Metrics.
 	WatchSweep time.Duration
+	// IdleWatch, when set, is the server's bound on idle watches (server.Options.IdleWatch), and
+	// gives the Env Metrics.
+	IdleWatch time.Duration
+	// Metrics gives the Env Metrics (as WatchSweep and IdleWatch do).
+	Metrics bool
+	// Logger, when set, is the server's (server.Options.Logger).
+	Logger *slog.Logger
 	// RequestTimeout, when set, is the server's (server.Options.RequestTimeout).
 	RequestTimeout time.Duration
 	// NATSMaxPending, when set, is the embedded NATS server's natsserver.Options.MaxPending.
@@ -55,7 +63,8 @@ type Env struct {
 	Store  *store.Store
 	Server *server.Server
 	NATS   *natsserver.Server
-	// Metrics are the server's metrics, on a registry of their own; nil unless WatchSweep is set.
+	// Metrics are the server's and the store's metrics (the store's Observer), on a registry of their
+	// own; nil unless Metrics, WatchSweep or IdleWatch is set.
 	Metrics *server.Metrics
 	conn    *nats.Conn
 	users   map[string]string // user name -> password, when NATSUsers was set
@@ -86,7 +95,18 @@ func Start(t testing.TB, o Options) *Env {
 		auth = append(auth, nats.UserInfo(self.Name, self.Password))
 	}
 	ns := natstest.Start(t, nopts) // shut down at cleanup, after the server (registered later)
+	sopts := server.Options{Principals: o.Principals, RequestTimeout: o.RequestTimeout, IdleWatch: o.IdleWatch, Logger: o.Logger}
+	if o.Metrics || o.WatchSweep > 0 || o.IdleWatch > 0 {
+		sopts.Metrics = server.NewMetrics(prometheus.NewRegistry())
+	}
+	if o.WatchSweep > 0 {
+		sopts.Interest = ns.HasSubscriber
+		sopts.SweepInterval = o.WatchSweep
+	}
 	opts := store.DefaultOptions()
+	if sopts.Metrics != nil {
+		opts.Observer = sopts.Metrics
+	}
 	if o.Bounds != nil {
 		opts.Bounds = *o.Bounds
 	}
@@ -101,12 +121,6 @@ func Start(t testing.TB, o Options) *Env {
 	if err != nil {
 		st.Close()
 		t.Fatalf("testenv: connect: %v", err)
-	}
-	sopts := server.Options{Principals: o.Principals, RequestTimeout: o.RequestTimeout}
-	if o.WatchSweep > 0 {
-		sopts.Metrics = server.NewMetrics(prometheus.NewRegistry())
-		sopts.Interest = ns.HasSubscriber
-		sopts.SweepInterval = o.WatchSweep
 	}
 	srv, err := server.New(st, nc, sopts)
 	if err == nil {

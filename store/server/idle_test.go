@@ -13,13 +13,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/keeppeek/coordination/internal/natsserver"
-	"github.com/keeppeek/coordination/internal/natstest"
+	"github.com/keeppeek/coordination/internal/testenv"
 	"github.com/keeppeek/coordination/store"
 	"github.com/keeppeek/coordination/store/client"
-	"github.com/keeppeek/coordination/store/policy"
 	"github.com/keeppeek/coordination/store/server"
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -27,10 +24,8 @@ import (
 // idleEnv is a server that, as on an external NATS server, cannot ask NATS whether a watch's
 // subscriber is there (no Interest), with Options.IdleWatch idle.
 type idleEnv struct {
-	url     string
-	st      *store.Store
-	metrics *server.Metrics
-	logs    *lockedBuffer
+	*testenv.Env
+	logs *lockedBuffer // the server's log
 }
 
 // lockedBuffer collects a server's logs.
@@ -53,48 +48,9 @@ func (l *lockedBuffer) String() string {
 
 func startIdle(t *testing.T, idle time.Duration) *idleEnv {
 	t.Helper()
-	ns := natstest.Start(t, natsserver.Options{})
-	reg := prometheus.NewRegistry()
-	m := server.NewMetrics(reg)
-	opts := store.DefaultOptions()
-	opts.Observer = m
-	st, err := store.Open(filepath.Join(t.TempDir(), "state-store.db"), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
 	logs := &lockedBuffer{}
-	srv, err := server.New(st, nc, server.Options{Principals: []policy.Principal{{ID: "coordinator", Admin: true}, {ID: "alice"}, {ID: "bob"}},
-		Metrics: m, Logger: slog.New(slog.NewTextHandler(logs, nil)), IdleWatch: idle})
-	if err == nil {
-		err = srv.Start()
-	}
-	if err != nil {
-		nc.Close()
-		st.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		_ = srv.Stop(ctx)
-		nc.Close()
-	})
-	return &idleEnv{url: ns.ClientURL(), st: st, metrics: m, logs: logs}
-}
-
-func (e *idleEnv) connect(t *testing.T, principal string) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(e.url, nats.CustomInboxPrefix(wire.InboxPrefix(principal)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	env := testenv.Start(t, testenv.Options{IdleWatch: idle, Metrics: true, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	return &idleEnv{Env: env, logs: logs}
 }
 
 // watchSub subscribes to a watch's delivery subject, then opens the watch, as a client does.
@@ -143,7 +99,7 @@ func noWatchMessage(t *testing.T, sub *nats.Subscription, what string) {
 func TestIdleWatchIsClosedWithAckTimeout(t *testing.T) {
 	const idle = time.Second
 	env := startIdle(t, idle)
-	alice := env.connect(t, "alice")
+	alice := env.Connect(t, "alice")
 	sent := time.Now()
 	sub := watchSub(t, alice, "alice", "silent", "user/alice")
 	if reason := awaitClose(t, sub); reason != wire.CloseAckTimeout {
@@ -153,12 +109,12 @@ func TestIdleWatchIsClosedWithAckTimeout(t *testing.T) {
 		t.Fatalf("closed %v after the watch request, before the bound %v", took, idle)
 	}
 	noWatchMessage(t, sub, "the closed watch")
-	if n := len(env.st.LiveWatches()); n != 0 {
+	if n := len(env.Store.LiveWatches()); n != 0 {
 		t.Fatalf("%d live watches after the close", n)
 	}
 	wantErr(t, request(t, alice, "alice", wire.OpAck, `{"watch_id":"silent","applied_sequence":0}`), wire.CodeNotFound)
 	awaitIdleClosed(t, env, 1)
-	if n := counter(t, env.metrics.WatchClosures.WithLabelValues(string(wire.CloseAckTimeout))); n != 1 {
+	if n := counter(t, env.Metrics.WatchClosures.WithLabelValues(string(wire.CloseAckTimeout))); n != 1 {
 		t.Fatalf("state_watch_closures_total{reason=ACK_TIMEOUT} = %v, want 1", n)
 	}
 	if n := strings.Count(env.logs.String(), "watch_id=silent"); n != 1 {
@@ -178,8 +134,8 @@ func TestIdleWatchIsClosedWithAckTimeout(t *testing.T) {
 func TestIdleWatchIsKeptByRefusedProbes(t *testing.T) {
 	const idle = 1500 * time.Millisecond
 	env := startIdle(t, idle)
-	alice := env.connect(t, "alice")
-	bob := env.connect(t, "bob")
+	alice := env.Connect(t, "alice")
+	bob := env.Connect(t, "bob")
 	prober := watchSub(t, alice, "alice", "prober", "user/alice")
 	var applied uint64
 	probe := func() {
@@ -248,7 +204,7 @@ func TestIdleWatchIsKeptByRefusedProbes(t *testing.T) {
 func TestIdleWatchKeepsAnIdleCache(t *testing.T) {
 	const idle = time.Second
 	env := startIdle(t, idle)
-	c, err := client.New(env.connect(t, "alice"), "alice", client.WithRequestTimeout(timeout))
+	c, err := client.New(env.Connect(t, "alice"), "alice", client.WithRequestTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +215,7 @@ func TestIdleWatchKeepsAnIdleCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k.Close() })
-	bob := env.connect(t, "bob")
+	bob := env.Connect(t, "bob")
 	for round := range 3 {
 		silent := watchSub(t, bob, "bob", fmt.Sprintf("silent-%d", round), "user/bob")
 		if reason := awaitClose(t, silent); reason != wire.CloseAckTimeout {
@@ -288,9 +244,9 @@ func TestIdleWatchKeepsAnIdleCache(t *testing.T) {
 func TestIdleWatchOffKeepsSilentWatches(t *testing.T) {
 	on := startIdle(t, time.Second)
 	off := startIdle(t, 0)
-	offConn := off.connect(t, "alice")
+	offConn := off.Connect(t, "alice")
 	kept := watchSub(t, offConn, "alice", "silent", "user/alice")
-	onConn := on.connect(t, "alice")
+	onConn := on.Connect(t, "alice")
 	for round := range 2 {
 		sub := watchSub(t, onConn, "alice", fmt.Sprintf("silent-%d", round), "user/alice")
 		if reason := awaitClose(t, sub); reason != wire.CloseAckTimeout {
@@ -298,13 +254,13 @@ func TestIdleWatchOffKeepsSilentWatches(t *testing.T) {
 		}
 	}
 	noWatchMessage(t, kept, "the watch on the server without a bound")
-	if refs := off.st.LiveWatches(); len(refs) != 1 || refs[0].WatchID != "silent" {
+	if refs := off.Store.LiveWatches(); len(refs) != 1 || refs[0].WatchID != "silent" {
 		t.Fatalf("live watches without a bound: %+v", refs)
 	}
 	if r := request(t, offConn, "alice", wire.OpAck, `{"watch_id":"silent","applied_sequence":0}`); !r.OK {
 		t.Fatalf("ack of the kept watch: %+v", r)
 	}
-	if n := counter(t, off.metrics.WatchesIdleClosed); n != 0 {
+	if n := counter(t, off.Metrics.WatchesIdleClosed); n != 0 {
 		t.Fatalf("state_watches_idle_closed_total = %v without a bound", n)
 	}
 
@@ -325,7 +281,7 @@ func awaitIdleClosed(t *testing.T, env *idleEnv, want float64) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		n := counter(t, env.metrics.WatchesIdleClosed)
+		n := counter(t, env.Metrics.WatchesIdleClosed)
 		if n > want {
 			t.Fatalf("state_watches_idle_closed_total = %v, want %v", n, want)
 		}
