@@ -341,6 +341,7 @@ func TestE2ECampaignDoesNotWaitOutALostClaimReply(t *testing.T) {
 	waiting, onWait := notifier[struct{}]()
 	claiming, onClaim := notifier[struct{}]()
 	paused := make(chan struct{})
+	released := make(chan struct{}) // closed once the holder's release is answered
 	var once sync.Once
 	// The campaign may last far longer than this test: its deadline must not bound its claims.
 	campaignCtx, stopCampaign := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -355,6 +356,12 @@ func TestE2ECampaignDoesNotWaitOutALostClaimReply(t *testing.T) {
 			Wait: func() { onWait(struct{}{}) },
 			Claim: func() {
 				once.Do(func() {
+					// The standby may see the release's delete before stated has sent the holder its
+					// reply: pausing stated then would leave the release unanswered.
+					select {
+					case <-released:
+					case <-time.After(testTimeout):
+					}
 					s.Pause() // the claim that follows reaches a stated that answers nothing
 					close(paused)
 				})
@@ -373,6 +380,7 @@ func TestE2ECampaignDoesNotWaitOutALostClaimReply(t *testing.T) {
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	close(released)
 	closed(t, paused, "the standby to claim the released key")
 	recv(t, claiming, "the claim")
 	s.Kill()
