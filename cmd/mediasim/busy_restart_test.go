@@ -10,6 +10,7 @@ import (
 	"github.com/keeppeek/coordination/capabilities"
 	"github.com/keeppeek/coordination/internal/natsserver"
 	"github.com/keeppeek/coordination/internal/natstest"
+	"github.com/keeppeek/coordination/internal/syncbuf"
 )
 
 // A busy mediasim (more changes than milliseconds went by since it started) that is restarted at once
@@ -27,7 +28,7 @@ func TestMediasimBusyRestartKeepsGenerationsGrowing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	runCtx, stop := context.WithCancel(ctx)
 	code := make(chan int, 1)
 	started := time.Now()
@@ -73,7 +74,7 @@ func TestMediasimBusyRestartKeepsGenerationsGrowing(t *testing.T) {
 	}
 	held := tr.Generation()
 
-	var logs2 syncBuffer
+	var logs2 syncbuf.Buffer
 	runCtx2, stop2 := context.WithCancel(ctx)
 	defer stop2()
 	code2 := make(chan int, 1)

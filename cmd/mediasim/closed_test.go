@@ -8,6 +8,7 @@ import (
 
 	"github.com/keeppeek/coordination/internal/natsserver"
 	"github.com/keeppeek/coordination/internal/natstest"
+	"github.com/keeppeek/coordination/internal/syncbuf"
 )
 
 // Credentials NATS refuses on a reconnect (the principal removed, its password changed: stated
@@ -51,7 +52,7 @@ func TestMediasimStoppedWhileStartingExitsZero(t *testing.T) {
 	ns := natstest.Start(t, natsserver.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // the signal came as it connected
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	if c := run(ctx, []string{"--nats-url", ns.ClientURL()}, &logs); c != 0 {
 		t.Fatalf("exit %d, want 0:\n%s", c, logs.String())
 	}
@@ -67,7 +68,7 @@ func TestMediasimBadNATSURLIsAUsageError(t *testing.T) {
 	for _, u := range []string{"nats://[::1", "nats://127.0.0.1:99999", "http://127.0.0.1:1", " , "} {
 		// Bounded: a URL taken for good would have it wait for NATS until stopped (exit 0).
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		var out syncBuffer
+		var out syncbuf.Buffer
 		if c := run(ctx, []string{"--nats-url", u}, &out); c != 2 {
 			t.Errorf("--nats-url %q: exit %d, want 2\n%s", u, c, out.String())
 		}

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,28 +14,11 @@ import (
 	"github.com/keeppeek/coordination/capabilities"
 	"github.com/keeppeek/coordination/internal/natsserver"
 	"github.com/keeppeek/coordination/internal/natstest"
+	"github.com/keeppeek/coordination/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestMediasimServesUntilCancelled(t *testing.T) {
@@ -47,7 +28,7 @@ func TestMediasimServesUntilCancelled(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	code := make(chan int, 1)
 	go func() {
 		code <- run(ctx, []string{"--nats-url", ns.ClientURL(), "--user", "media", "--password", "m",
@@ -103,7 +84,7 @@ func TestMediasimServesUntilCancelled(t *testing.T) {
 }
 
 func TestMediasimFlags(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	if c := run(context.Background(), []string{"--fail", "front-door/video"}, &out); c != 2 {
 		t.Errorf("bad --fail: exit %d", c)
 	}
@@ -114,14 +95,14 @@ func TestMediasimFlags(t *testing.T) {
 
 // logWatch is a log that tells each write: a test waits for a log line as an event.
 type logWatch struct {
-	syncBuffer
+	syncbuf.Buffer
 	wrote chan struct{}
 }
 
 func newLogWatch() *logWatch { return &logWatch{wrote: make(chan struct{}, 1)} }
 
 func (l *logWatch) Write(p []byte) (int, error) {
-	n, err := l.syncBuffer.Write(p)
+	n, err := l.Buffer.Write(p)
 	select {
 	case l.wrote <- struct{}{}:
 	default:
@@ -248,7 +229,7 @@ func TestMediasimRestartKeepsGenerationsGrowing(t *testing.T) {
 	var lastGen uint64
 	var lastSession string
 	for i := range 2 {
-		var logs syncBuffer
+		var logs syncbuf.Buffer
 		runCtx, stop := context.WithCancel(ctx)
 		code := make(chan int, 1)
 		go func() { code <- run(runCtx, []string{"--nats-url", ns.ClientURL(), "--sources", "front-door"}, &logs) }()
@@ -290,7 +271,7 @@ func TestMediasimBadFlagsAreUsageErrors(t *testing.T) {
 	} {
 		// Bounded: flags taken for good would have it wait for NATS until stopped (exit 0).
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		var out syncBuffer
+		var out syncbuf.Buffer
 		if c := run(ctx, append(args, "--nats-url", "nats://127.0.0.1:1"), &out); c != 2 {
 			t.Errorf("%q: exit %d, want 2\n%s", args, c, out.String())
 		}

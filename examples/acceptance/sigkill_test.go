@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,32 +16,15 @@ import (
 	"github.com/keeppeek/coordination/coordinator"
 	"github.com/keeppeek/coordination/examples/internal/transcode"
 	"github.com/keeppeek/coordination/internal/e2e"
+	"github.com/keeppeek/coordination/internal/syncbuf"
 	"github.com/keeppeek/coordination/reconciler"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // process is one example worker process.
 type process struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *syncbuf.Buffer
 	done chan struct{}
 }
 
@@ -51,7 +33,7 @@ type process struct {
 func startTranscoderProcess(tb testing.TB, e *env, workerID, service string, ttl time.Duration) *process {
 	tb.Helper()
 	bin := e2e.Build(tb, "./examples/transcoder", "transcoder")
-	p := &process{out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &process{out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, "--nats-url", e.stated.URL(), "--user", "transcoder-a", "--password", password("transcoder-a"),
 		"--service", service, "--worker-id", workerID, "--lease-ttl", ttl.String())
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

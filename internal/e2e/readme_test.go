@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,10 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keeppeek/coordination/internal/syncbuf"
 )
 
 // The commands of the READMEs, run as written with the binaries they name (on free ports: the
@@ -135,14 +135,14 @@ func runOK(t *testing.T, env []string, bin string, args ...string) string {
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *syncbuf.Buffer
 	done chan struct{}
 	err  error
 }
 
 func startProc(t *testing.T, env []string, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: filepath.Base(bin) + " " + strings.Join(args, " "), out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &proc{name: filepath.Base(bin) + " " + strings.Join(args, " "), out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
@@ -178,23 +178,6 @@ func (p *proc) term(t *testing.T) int {
 	return 0
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // update is a line of `statectl watch --json` after the snapshot.
 type update struct {
 	Kind  string `json:"kind"`
@@ -218,7 +201,7 @@ func watchJSON(t *testing.T, env []string, statectl string, args ...string) *wat
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &watcher{p: &proc{name: "statectl " + strings.Join(args, " "), cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})},
+	w := &watcher{p: &proc{name: "statectl " + strings.Join(args, " "), cmd: cmd, out: &syncbuf.Buffer{}, done: make(chan struct{})},
 		updates: make(chan update, 4096)}
 	cmd.Stderr = w.p.out
 	if err := cmd.Start(); err != nil {

@@ -10,26 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keeppeek/coordination/internal/syncbuf"
 	"github.com/keeppeek/coordination/store"
 )
-
-// lockedBuffer is a log output that Serve writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // get answers the status and body of GET url, or an error.
 func get(url string, timeout time.Duration) (int, string, error) {
@@ -87,7 +70,7 @@ func healthDuringStart(t *testing.T) (string, bool) {
 	})
 	defer releaseHeld()
 
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Serve(ctx, cfg, nil, logs) }()

@@ -1,19 +1,18 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/keeppeek/coordination/internal/syncbuf"
 	"github.com/keeppeek/coordination/internal/testenv"
 	"github.com/keeppeek/coordination/store"
 	"github.com/keeppeek/coordination/store/client"
@@ -25,30 +24,12 @@ import (
 // subscriber is there (no Interest), with Options.IdleWatch idle.
 type idleEnv struct {
 	*testenv.Env
-	logs *lockedBuffer // the server's log
-}
-
-// lockedBuffer collects a server's logs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs *syncbuf.Buffer // the server's log
 }
 
 func startIdle(t *testing.T, idle time.Duration) *idleEnv {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	env := testenv.Start(t, testenv.Options{IdleWatch: idle, Metrics: true, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	return &idleEnv{Env: env, logs: logs}
 }

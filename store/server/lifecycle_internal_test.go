@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -38,39 +37,21 @@ var lifeAdmin = policy.Principal{ID: "coordinator", Admin: true}
 
 func startLife(t *testing.T, b wire.Bounds) *lifeEnv {
 	t.Helper()
-	ns := natstest.Start(t, natsserver.Options{})
-	opts := store.DefaultOptions()
-	opts.Bounds = b
-	st, err := store.Open(filepath.Join(t.TempDir(), "state-store.db"), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
+	so := store.DefaultOptions()
+	so.Bounds = b
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
-	s, err := New(st, nc, Options{Principals: []policy.Principal{lifeAdmin}, Metrics: m, Logger: slog.New(slog.DiscardHandler),
+	ns := natstest.Start(t, natsserver.Options{})
+	s, st := newServer(t, ns, so, Options{Principals: []policy.Principal{lifeAdmin}, Metrics: m, Logger: slog.New(slog.DiscardHandler),
 		Interest: ns.HasSubscriber, SweepInterval: 20 * time.Millisecond})
-	if err == nil {
-		err = m.RegisterStore(reg, st, "bbolt")
-	}
-	if err == nil {
-		err = s.Start()
-	}
-	if err != nil {
-		nc.Close()
-		st.Close()
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), lifeTimeout)
 		defer cancel()
 		_ = s.Stop(ctx)
-		nc.Close()
 	})
+	if err := m.RegisterStore(reg, st, "bbolt"); err != nil {
+		t.Fatal(err)
+	}
 	return &lifeEnv{srv: s, st: st, url: ns.ClientURL(), reg: reg}
 }
 

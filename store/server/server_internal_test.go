@@ -23,13 +23,21 @@ import (
 // store on disk and an embedded NATS server; the test stops it.
 func startServer(t *testing.T, opts Options) *Server {
 	t.Helper()
-	ns := natstest.Start(t, natsserver.Options{})
-	st, err := store.Open(filepath.Join(t.TempDir(), "state-store.db"), store.DefaultOptions())
+	s, _ := newServer(t, natstest.Start(t, natsserver.Options{}), store.DefaultOptions(), opts)
+	return s
+}
+
+// newServer starts a Server with opts (principal coordinator, an admin, unless opts name some) over a
+// store opened with so on disk, which it returns, and the embedded NATS server ns.
+func newServer(t *testing.T, ns *natsserver.Server, so store.Options, opts Options) (*Server, *store.Store) {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "state-store.db"), so)
 	if err != nil {
 		t.Fatal(err)
 	}
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
+		st.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
@@ -37,13 +45,14 @@ func startServer(t *testing.T, opts Options) *Server {
 		opts.Principals = []policy.Principal{{ID: "coordinator", Admin: true}}
 	}
 	s, err := New(st, nc, opts)
+	if err == nil {
+		err = s.Start()
+	}
 	if err != nil {
+		st.Close()
 		t.Fatal(err)
 	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return s, st
 }
 
 // Stop waits for what the queues and lanes hold (acks, unwatches, heartbeats) only until its context
