@@ -38,6 +38,8 @@ func TestE2EConfigMistakesRefusedAtStart(t *testing.T) {
 		{name: "snapshot past max_payload", conf: "[bounds]\nmax_snapshot_bytes = 2000000\n", want: []string{"max_snapshot_bytes", "max_payload"}},
 		{name: "malformed nats url", nats: "url = \"nats://stated:s3cret@bad host:4222\"\n", want: []string{"nats: url", "xxxxx@bad host:4222"}},
 		{name: "nats url naming no host", nats: "url = \"nats://:4222\"\n", want: []string{"nats: url", "no host"}},
+		{name: "nats url port out of range", nats: "url = \"nats://127.0.0.1:4222,nats://stated:s3cret@127.0.0.1:99999\"\n", want: []string{"nats: url", "port", "65535"}},
+		{name: "nats url port zero", nats: "url = \"127.0.0.1:0\"\n", want: []string{"nats: url", "port", "65535"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -392,8 +392,8 @@ func (c *Config) Validate() error {
 // scheme is taken as nats://), so that a malformed url is refused with the configuration, exit code
 // 2, rather than found when stated connects, after it opened the store. It is stricter in one way: a
 // URL naming no host (nats://:4222), which nats.Connect takes for the local machine, is refused, as
-// the mark of a template variable left empty. The error it returns never
-// repeats the URL, which may carry a login.
+// the mark of a template variable left empty. A port outside 1 to 65535, which url.Parse takes, is
+// refused too. The error it returns never repeats the URL, which may carry a login.
 func checkNATSURL(urls string) error {
 	n := 0
 	for p := range strings.SplitSeq(urls, ",") {
@@ -415,6 +415,13 @@ func checkNATSURL(urls string) error {
 		}
 		if u.Hostname() == "" {
 			return fmt.Errorf("a URL names no host (want nats://host:port, or a comma-separated list of them)")
+		}
+		if port := u.Port(); port != "" {
+			// url.Parse takes any digits for a port; a dial refuses what is past 65535, and 0 names
+			// no server.
+			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+				return fmt.Errorf("a URL's port is %s: the port must be a number from 1 to 65535", port)
+			}
 		}
 	}
 	if n == 0 {
