@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/keeppeek/coordination/internal/bench"
@@ -23,11 +24,22 @@ func (a *app) cmdBench(ctx context.Context, cmd *command, args []string) error {
 	fs.StringVar(&cfg.Namespace, "namespace", cfg.Namespace, "")
 	fs.BoolVar(&cfg.Keep, "keep", false, "")
 	admins := fs.String("admins", "", "")
+	adminsFile := fs.String("admins-file", "", "")
 	if _, err := a.parse(cmd, fs, args, 0, 0); err != nil {
 		return err
 	}
 	cfg.URL, cfg.Prefix, cfg.RequestTimeout = a.g.natsURL, a.g.prefix, a.g.timeout
 	cfg.Principals = []bench.Principal{{ID: a.g.user, Password: a.g.password}}
+	if *adminsFile != "" {
+		if *admins != "" {
+			return usageErrorf("--admins and --admins-file are two ways to name the admins: give one")
+		}
+		list, err := readAdmins(*adminsFile)
+		if err != nil {
+			return err
+		}
+		*admins = list
+	}
 	if *admins != "" {
 		ps, err := parseAdmins(*admins)
 		if err != nil {
@@ -50,6 +62,25 @@ func (a *app) cmdBench(ctx context.Context, cmd *command, args []string) error {
 		return writeJSON(a.stdout, rep)
 	}
 	return rep.WriteTable(a.stdout)
+}
+
+// readAdmins reads the file of --admins-file: ID:PASSWORD items, one or more per line (comma-separated),
+// blank lines and lines starting with # skipped. It returns them as one --admins list.
+func readAdmins(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", usageErrorf("--admins-file %s: %v", path, err)
+	}
+	var items []string
+	for line := range strings.Lines(string(b)) {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			items = append(items, strings.Trim(line, ","))
+		}
+	}
+	if len(items) == 0 {
+		return "", usageErrorf("--admins-file %s: no principal in it (want ID:PASSWORD, one or more per line)", path)
+	}
+	return strings.Join(items, ","), nil
 }
 
 // parseAdmins reads ID:PASSWORD,ID:PASSWORD,... (an ID alone connects without credentials).

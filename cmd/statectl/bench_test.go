@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +68,35 @@ func TestBenchInterruptedCleansUp(t *testing.T) {
 	}
 	if r := e.ok("ls", "service/bench", "--json"); !strings.Contains(r.stdout, `"entries":[]`) {
 		t.Fatalf("the interrupted bench left entries: %s", r.stdout)
+	}
+}
+
+// --admins-file reads the admin principals from a file, one or more per line, so that their passwords
+// are not in the command line (which every user of the machine can read in ps): the bench connects as
+// the file's principals, not as --user.
+func TestBenchAdminsFromAFile(t *testing.T) {
+	e := start(t, "")
+	file := filepath.Join(e.dir, "admins")
+	if err := os.WriteFile(file, []byte("# the bench's admins\ncoordinator:coord-pw\n\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	small := []string{"bench", "--owners", "2", "--rounds", "1", "--writers", "2", "--connections", "2",
+		"--watches", "2", "--entries", "2", "--idle", "0s", "--metrics-url", "", "--user", "alice", "--password", "alice-pw", "--json"}
+	r := e.run(append(small, "--admins-file", file)...)
+	if r.code != 0 || !strings.Contains(r.stdout, `"principals":1`) {
+		t.Fatalf("bench --admins-file as alice, a principal that is no admin: want the file's admin used, got %s", r)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--admins-file", file, "--admins", "coordinator:coord-pw"}, "give one"},
+		{[]string{"--admins-file", filepath.Join(e.dir, "missing")}, "--admins-file " + filepath.Join(e.dir, "missing")},
+		{[]string{"--admins-file", os.DevNull}, "no principal"},
+	} {
+		r := e.run(append(small, tc.args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, "statectl: USAGE: ") || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("bench %q: want exit 2 and a USAGE error saying %q, got %s", tc.args, tc.want, r)
+		}
 	}
 }

@@ -160,5 +160,7 @@ Flags:
   --namespace NS      service/<id> or user/<id> (service/bench)
   --admins LIST       admin principals to connect as, comma-separated ID:PASSWORD (or ID); connection
                       i uses the (i mod n)-th (default: --user with --password)
+  --admins-file FILE  the same list from FILE, one or more per line (# comments): passwords given
+                      on the command line are visible to every user of the machine
   --keep              leave the bench's keys in place
 `
