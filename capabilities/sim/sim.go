@@ -544,6 +544,31 @@ func (s *Sim) SetOnline(sourceID string, online bool) error {
 	return nil
 }
 
+// SetRecordingModes changes the recording modes a source allows its publications to ask for (nil:
+// none), as a media server does that loses (or regains) its recording storage: a new generation
+// when they change. Publications already running keep the mode they were started with; a
+// start_publication asking for a mode no longer allowed is RECORDING_MODE_INVALID.
+func (s *Sim) SetRecordingModes(sourceID string, modes []string) error {
+	for _, m := range modes {
+		if !capabilities.ValidRecordingMode(m) {
+			return fmt.Errorf("sim: invalid recording mode %q", m)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	src := s.sourceLocked(sourceID)
+	if src == nil {
+		return fmt.Errorf("sim: unknown source %q", sourceID)
+	}
+	if slices.Equal(src.modes, modes) {
+		return nil
+	}
+	src.modes = slices.Clone(modes)
+	s.log.Info("sim: recording modes", "source_id", sourceID, "modes", modes)
+	s.bumpLocked("recording modes")
+	return nil
+}
+
 // SetFailing makes publications of a variant turn FAILED instead of READY (failing true) or READY
 // again (false). It affects publications that are still PENDING and later ones.
 func (s *Sim) SetFailing(ref VariantRef, failing bool) {

@@ -586,3 +586,45 @@ func TestPendingCountsQueuedCommands(t *testing.T) {
 		t.Fatalf("after Stop: %d pending, %d commands carried out; want 0 and the 20 answered before the delay", n, cmds)
 	}
 }
+
+// A source's recording modes change at runtime: a new generation showing them; a running publication
+// keeps its mode, a new start asking for a mode withdrawn is RECORDING_MODE_INVALID.
+func TestSetRecordingModesAtRuntime(t *testing.T) {
+	s, nc := start(t, sim.Options{Sources: sim.Sources("front-door"), ReadyDelay: time.Hour})
+	next := changes(t, nc, "kp")
+	session, _, _ := s.SessionID("front-door")
+	body := func(v string) string {
+		return `{"session_id":"` + session + `","stream_id":"video","variant_id":"` + v + `","output_profile":"p","recording_mode":"required"}`
+	}
+	if r, raw := request(t, nc, "kp", "alice", capabilities.CommandStartPublication, body("a")); !r.OK {
+		t.Fatal(raw)
+	}
+	next()
+	gen := s.Generation()
+	if err := s.SetRecordingModes("front-door", []string{"disabled"}); err != nil {
+		t.Fatal(err)
+	}
+	next()
+	if s.Generation() != gen+1 {
+		t.Errorf("generation %d, want %d", s.Generation(), gen+1)
+	}
+	src, _ := s.Capabilities().Source("front-door")
+	if !slices.Equal(src.Publication.RecordingModes, []string{"disabled"}) {
+		t.Errorf("recording modes %v, want [disabled]", src.Publication.RecordingModes)
+	}
+	if err := s.SetRecordingModes("front-door", []string{"disabled"}); err != nil || s.Generation() != gen+1 {
+		t.Errorf("setting the same modes again: %v, generation %d", err, s.Generation())
+	}
+	if r, _ := request(t, nc, "kp", "alice", capabilities.CommandStartPublication, body("b")); r.OK || r.Error.Code != capabilities.CodeRecordingModeInvalid {
+		t.Errorf("start with a withdrawn mode: %+v", r)
+	}
+	if pubs := s.Publications(); len(pubs) != 1 || pubs[0].VariantID != "a" {
+		t.Errorf("publications %+v, want the running one kept", pubs)
+	}
+	if err := s.SetRecordingModes("front-door", []string{"bogus"}); err == nil {
+		t.Error("an invalid mode was taken")
+	}
+	if err := s.SetRecordingModes("nowhere", nil); err == nil {
+		t.Error("an unknown source was taken")
+	}
+}

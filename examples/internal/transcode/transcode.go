@@ -702,14 +702,16 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 			b.publicationID, b.seenGen = "", 0
 		}
 	}
-	if !slices.Contains(src.Publication.RecordingModes, in.RecordingMode) {
-		// SPEC section 12: the media server says what it can do; a command it rules out is not sent.
-		st.State, st.ErrorCode = reconciler.StateFailed, string(capabilities.CodeRecordingModeInvalid)
-		st.Message = fmt.Sprintf("source %s offers recording modes %v, not %q", in.SourceID, src.Publication.RecordingModes, in.RecordingMode)
-		t.writeStatus(ctx, b, key, st)
-		return reconciler.Result{}, nil // a capability change or an intent change re-enqueues
-	}
 	if b.publicationID == "" || b.sessionID != src.SessionID {
+		if !slices.Contains(src.Publication.RecordingModes, in.RecordingMode) {
+			// SPEC section 12: the media server says what it can do; a command it rules out is not
+			// sent. Only a start is ruled out: a publication running when the source stopped offering
+			// the mode is still reported, and stopped, as what the media server shows of it.
+			st.State, st.ErrorCode = reconciler.StateFailed, string(capabilities.CodeRecordingModeInvalid)
+			st.Message = fmt.Sprintf("source %s offers recording modes %v, not %q", in.SourceID, src.Publication.RecordingModes, in.RecordingMode)
+			t.writeStatus(ctx, b, key, st)
+			return reconciler.Result{}, nil // a capability change or an intent change re-enqueues
+		}
 		if wait := time.Until(b.retryAt); wait > 0 {
 			// A capability change (the failed publication's own stop, say) does not cut the pause short.
 			return reconciler.Result{RequeueAfter: wait}, nil
@@ -718,6 +720,14 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 			// Lost while stopping, say: a start now would take the variant over from the new holder
 			// (same principal). The loss re-enqueues the intent; claim then stops what is ours.
 			return reconciler.Result{RequeueAfter: 100 * time.Millisecond}, nil
+		}
+		if t.lastNamesPublication(key) {
+			// The status reports a publication that is gone (the media server restarted, the source
+			// reconnected, the variant went) or being replaced: until the start below is answered,
+			// which a slow media server takes its time over, it would go on saying so.
+			pst := st
+			pst.State, pst.Message = reconciler.StatePending, "starting the publication on session "+src.SessionID
+			t.writeStatus(ctx, b, key, pst)
 		}
 		gen := caps.Generation
 		// Not abandoned when a stop cancels ctx: the media server would still make the publication,
@@ -848,7 +858,17 @@ func (t *Transcoder) putStatus(ctx context.Context, b *binding, key string, st r
 	}
 }
 
+// lastNamesPublication reports whether the last status this worker wrote for the intent key names
+// a publication.
+func (t *Transcoder) lastNamesPublication(key string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	parts := strings.SplitN(t.lastStatus[key].sig, "|", 3)
+	return len(parts) > 1 && parts[1] != ""
+}
+
 // statusSig is what a status document says, without when: two documents with one sig say the same.
+// Its second field is the publication id (lastNamesPublication reads it).
 func statusSig(doc json.RawMessage) string {
 	var st wire.ObservedStatus
 	_ = json.Unmarshal(doc, &st)
