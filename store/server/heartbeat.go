@@ -193,14 +193,15 @@ func (l *latestLanes) run(ln *lane) {
 }
 
 // close drops the functions still waiting and ends the lanes; wg is done when the running ones have
-// returned.
-func (l *latestLanes) close() {
+// returned. It returns how many it dropped (none the second time).
+func (l *latestLanes) close() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return
+		return 0
 	}
 	l.closed = true
+	dropped := len(l.waiting)
 	clear(l.waiting)
 	clear(l.groups)
 	for _, ln := range l.lanes {
@@ -208,6 +209,7 @@ func (l *latestLanes) close() {
 		clear(ln.keys)
 		close(ln.wake)
 	}
+	return dropped
 }
 
 // handleHeartbeat handles msg, the heartbeat of principal's workerID (its subject's tokens).

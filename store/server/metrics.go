@@ -62,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}),
 		CommitFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "state_commit_failures_total", Help: "Commits the disk refused: a database commit (its writes answered STORAGE), or a settings-backed namespace's file (that namespace's writes answered STORAGE, the rest of the batch committed without them).",
+			Name: "state_commit_failures_total", Help: "Commits the disk refused: a database commit (its writes answered STORAGE), or a settings-backed namespace's file (that namespace's writes answered STORAGE, the rest of the batch committed without them). A write refused because its settings file could not be read (missing, unparsable) is no commit: every STORAGE answer counts in state_requests_total{code=\"STORAGE\"}.",
 		}),
 		WatchClosures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "state_watch_closures_total", Help: "Watches closed by the server, by reason.",

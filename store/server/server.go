@@ -480,7 +480,12 @@ func (s *Server) Stop(ctx context.Context) error {
 			err = errors.Join(err, s.hbSub.Unsubscribe())
 		}
 		s.queues.close()
-		s.hbLanes.close()
+		if n := s.hbLanes.close(); n > 0 {
+			// Heartbeats taken that still waited on their lanes: dropped, as the server stopped.
+			if m := s.opts.Metrics; m != nil {
+				m.Heartbeats.WithLabelValues("dropped").Add(float64(n))
+			}
+		}
 		done := make(chan struct{})
 		go func() {
 			s.queues.wg.Wait() // what the queues hold waits for the store like any request: within ctx
