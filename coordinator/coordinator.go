@@ -19,7 +19,8 @@ var ErrWrongSchema = errors.New("coordinator: the key holds an entry of another 
 
 // Coordinator writes desired state and reads the worker fleet for the principal of its client.
 // It is safe for concurrent use; several Coordinators (in one process or many) may write the same
-// keys, and no update of one is lost to another.
+// keys, and no update of one is lost to another. The zero Coordinator is not usable: make one with
+// New.
 type Coordinator struct {
 	client *client.Client
 	reg    *schema.Registry
@@ -40,11 +41,13 @@ type options struct {
 // that several Coordinators of one process share one. Default: schema.New(), compiled once by New.
 func WithRegistry(reg *schema.Registry) Option { return func(o *options) { o.reg = reg } }
 
-// WithLogger sets the logger (default: discard). A FleetView logs worker entries it cannot decode.
+// WithLogger sets the logger (default, and with nil: discard). A FleetView logs worker entries it cannot decode.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
 // New returns a Coordinator that writes and reads through c, as c's principal. It compiles the schema
-// registry used for local validation once (unless WithRegistry gives one). A nil Option is ignored.
+// registry used for local validation once (unless WithRegistry gives one). A nil Option is ignored,
+// as are WithRegistry(nil) and WithLogger(nil) (the defaults stay). A nil c is an error. New sends
+// nothing: a principal's rights are checked by the store at each call.
 // Intents in service/<id> namespaces, preferences in group/<id> namespaces and the fleet view need an
 // admin principal.
 func New(c *client.Client, opts ...Option) (*Coordinator, error) {

@@ -20,6 +20,14 @@
 // read: a coordinator that wants it must connect as an admin principal (anyone else gets
 // PERMISSION_DENIED).
 //
+// Every call that reaches the store blocks until it is answered, within its ctx (and, when ctx has no
+// deadline, the client's request timeout per request). Its error is then the store's *wire.Error
+// (errors.Is(err, wire.ErrConflict), wire.ErrPermissionDenied, ...), one the coordinator made
+// locally (a *wire.Error too: INVALID_ARGUMENT for a namespace or key that breaks the identifier
+// rules, SCHEMA_INVALID for a document), or, when no reply came (ctx ended, the NATS connection
+// closed), the transport's, which carries no code (wire.CodeOf(err) is ""): see store/client for
+// what that means for a write.
+//
 // State asks for an outcome; it grants nothing. An intent does not mean a variant exists, and a
 // preferred group stored in a user namespace does not make the user a member of that group.
 package coordinator

@@ -130,8 +130,9 @@ type FleetView struct {
 
 // WatchFleet starts a FleetView and returns once it holds the fleet's snapshot. ctx bounds only that
 // wait; the view follows changes until Close. Transient failures (no state server answering, ...)
-// are retried until ctx ends; PERMISSION_DENIED (the principal is not an admin) and WATCH_TOO_BROAD
-// are returned at once.
+// are retried until ctx ends, and then ctx's error is returned (wrapped); PERMISSION_DENIED (the
+// principal is not an admin), WATCH_TOO_BROAD and a NATS connection closed for good (wrapping
+// nats.ErrConnectionClosed) are returned at once. A failed WatchFleet leaves nothing to Close.
 func (c *Coordinator) WatchFleet(ctx context.Context) (*FleetView, error) {
 	v := &FleetView{log: c.log, workers: map[string]Worker{}, changes: make(chan struct{}, 1)}
 	cache, err := c.client.NewCache(ctx, client.CacheOptions{
@@ -254,12 +255,14 @@ func (v *FleetView) Holder(lease string) (Worker, bool) {
 	return best.clone(), found
 }
 
-// Err returns nil while the view follows the fleet, and otherwise why it cannot watch again: the
-// store refused the re-watch after the view's watch ended (a reconnect, an OVERFLOW, ...), with
-// WATCH_TOO_BROAD once the fleet outgrew the snapshot bound, or PERMISSION_DENIED once the principal
-// lost its admin right. The view retries meanwhile, but holds its last contents: a worker that stopped
-// since then is still listed (Alive, Holder) until the view follows again and Err returns nil. Use
-// Fleet, which pages, while Err is not nil.
+// Err returns why the view cannot watch again, while that lasts: the store refused the re-watch after
+// the view's watch ended (a reconnect, an OVERFLOW, ...), with WATCH_TOO_BROAD once the fleet outgrew
+// the snapshot bound, or PERMISSION_DENIED once the principal lost its admin right. The view retries
+// meanwhile, but holds its last contents: a worker that stopped since then is still listed (Alive,
+// Holder) until the view follows again and Err returns nil. Use Fleet, which pages, while Err is not
+// nil. Err is nil while the view follows, but nil does not mean it follows: it is nil too while no
+// state server answers (see Following), after Close, and once the NATS connection was closed for
+// good, which closes Changes (the view follows nothing more; a new client and WatchFleet are needed).
 func (v *FleetView) Err() error { return v.cache.Err() }
 
 // Following reports whether the view follows the fleet now. It is false from the moment its watch

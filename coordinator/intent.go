@@ -72,8 +72,10 @@ func (c *Coordinator) ValidateIntent(namespace string, in MediaIntent) error {
 // taken from in (a nil one removes that service's entry). Every other field is exactly in's: a field
 // in leaves unset is absent afterwards.
 //
-// in is validated locally first; a bad intent never reaches the server, and the error is the
-// registry's *wire.Error with code SCHEMA_INVALID (errors.Is(err, wire.ErrSchemaInvalid)). The write
+// in is validated locally first, as ValidateIntent checks it; a bad intent never reaches the server,
+// and the error is the registry's *wire.Error with code SCHEMA_INVALID (errors.Is(err,
+// wire.ErrSchemaInvalid)); an invalid namespace or key is INVALID_ARGUMENT, the system namespace
+// PERMISSION_DENIED, a namespace of a kind that holds no intents SCHEMA_INVALID. The write
 // is a compare-and-set on the revision read (create-only when missing); on CONFLICT it rereads,
 // merges again and retries, up to client.MaxUpdateAttempts rounds; any other error ends it. A key
 // that holds an entry of another schema is not replaced (ErrWrongSchema). The intent carries no
@@ -118,7 +120,8 @@ func (c *Coordinator) PutIntent(ctx context.Context, namespace, key string, in M
 // ends UpdateIntent without a write. The put is a compare-and-set on the revision read
 // (create-only when missing); on CONFLICT the round starts again from the read, so fn may run several
 // times and must merge only what it is given. Any other error, including one from fn, ends
-// UpdateIntent. A key that holds another schema is ErrWrongSchema. The intent carries no lease.
+// UpdateIntent. A key that holds another schema is ErrWrongSchema. The intent carries no lease. A nil
+// fn is an error, and nothing is read or written.
 func (c *Coordinator) UpdateIntent(ctx context.Context, namespace, key string, fn func(cur *MediaIntent) (*MediaIntent, error)) (wire.Entry, error) {
 	if err := checkTarget(namespace, key); err != nil {
 		return wire.Entry{}, err

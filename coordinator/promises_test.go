@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/keeppeek/coordination/internal/natsserver"
 	"github.com/keeppeek/coordination/internal/natstest"
 	"github.com/keeppeek/coordination/internal/testenv"
@@ -295,5 +297,45 @@ func TestSetDesiredWritesWithoutALease(t *testing.T) {
 	want.Desired = false
 	if got := intentOf(t, e); e.TTLMs != 0 || got.Desired || got.VariantID != want.VariantID || *got.Priority != *want.Priority {
 		t.Fatalf("SetDesired(false) stored %+v %s, want the same intent, not desired, without a lease", e, e.Document)
+	}
+}
+
+// A NATS connection closed for good is returned at once by WatchFleet, not retried until ctx ends
+// (WatchFleet doc); and a view whose connection closes closes Changes while Err stays nil (FleetView.Err
+// and Changes docs).
+func TestWatchFleetOverAClosedConnection(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	nc := env.Connect(t, "coordinator")
+	c := coordinatorOn(t, nc, "coordinator")
+	v, err := c.WatchFleet(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	nc.Close()
+	timer := time.NewTimer(testTimeout)
+	defer timer.Stop()
+	for open := true; open; {
+		select {
+		case _, open = <-v.Changes():
+		case <-timer.C:
+			t.Fatal("Changes not closed after the connection closed")
+		}
+	}
+	if v.Following() || v.Err() != nil {
+		t.Fatalf("a view whose connection closed: Following %v, Err %v; want false, nil", v.Following(), v.Err())
+	}
+
+	ctx, cancel := context.WithTimeout(ctxT(t), testTimeout)
+	defer cancel()
+	start := time.Now()
+	if v2, err := c.WatchFleet(ctx); !errors.Is(err, nats.ErrConnectionClosed) {
+		if v2 != nil {
+			_ = v2.Close()
+		}
+		t.Fatalf("WatchFleet over a closed connection = %v, want nats.ErrConnectionClosed", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("WatchFleet over a closed connection waited for its ctx (%v)", time.Since(start))
 	}
 }

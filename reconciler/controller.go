@@ -51,15 +51,18 @@ type Options struct {
 	MaxBackoff time.Duration
 	// Triggers re-enqueue every known key whenever one of them receives a value: things a Reconcile
 	// depends on besides its entry, such as the media server's capabilities (pass the channel of
-	// capabilities.Tracker.Subscribe). A closed trigger is ignored from then on.
+	// capabilities.Tracker.Subscribe). A closed trigger is ignored from then on, and a nil one
+	// altogether.
 	Triggers []<-chan struct{}
 	// ResyncEvery, when positive, re-enqueues every known key periodically, so drift that no event
 	// reports is corrected eventually. Default 0: never.
 	ResyncEvery time.Duration
 	// Logger logs failed Reconciles and resyncs. Default: discard.
 	Logger *slog.Logger
-	// WatchID is the id of the cache's watch (the watch_id rule). Default: a random one. A fixed id lets
-	// a restarted process take over the watch its predecessor left behind.
+	// WatchID is the id of the cache's watch (the watch_id rule), unique among the principal's live
+	// watches. Default: a random one. A fixed id lets a restarted process take over the watch its
+	// predecessor left behind; so two controllers that run at once as one principal (a worker and its
+	// standby) must not share one: each would take the watch from the other, again and again.
 	WatchID string
 	// StopTimeout bounds how long Stop waits for running Reconciles once it has cancelled their
 	// context, as controller-runtime's manager bounds its graceful shutdown: a Reconcile blocked in a
@@ -75,7 +78,8 @@ type Options struct {
 // (all known keys), and every Enqueue. Its workqueue deduplicates keys, never runs two Reconciles of
 // one key at once, retries failures with per-key exponential backoff and honours Result.
 //
-// New, then Start, then Stop. Its methods are safe for concurrent use.
+// New, then Start, then Stop. Its methods are safe for concurrent use. The zero Controller is not
+// usable: make one with New.
 type Controller struct {
 	c   *client.Client
 	r   Reconciler
@@ -99,7 +103,10 @@ type Controller struct {
 }
 
 // New returns a controller that reconciles the entries of o.Namespace under o.KeyPrefix through c
-// with r. It checks the options and starts nothing; see Start.
+// with r. It checks the options and starts nothing; see Start. It returns an error naming the
+// mistake, and no controller, for a nil client, a nil Reconciler (a nil Func too), an invalid
+// Namespace, KeyPrefix or WatchID, a negative MaxConcurrent or duration, or a MaxBackoff below
+// BaseBackoff. It sends nothing, so it never returns a store error.
 func New(c *client.Client, r Reconciler, o Options) (*Controller, error) {
 	switch {
 	case c == nil:
@@ -157,7 +164,9 @@ func isNilFunc(r Reconciler) bool {
 // Start starts the cache and returns once its first snapshot is installed and every key in it is
 // enqueued; then it starts the workers, the triggers and the periodic resync. ctx bounds only this
 // wait (the controller runs until Stop). Transient failures of the first watch are retried until ctx
-// ends; others (PERMISSION_DENIED, WATCH_TOO_BROAD, ...) are returned at once. Start may be called
+// ends, and then ctx's error is returned (wrapped); others are returned at once: the store's refusal
+// (its *wire.Error, wrapped: errors.Is(err, wire.ErrPermissionDenied), WATCH_TOO_BROAD, ...) and a
+// NATS connection closed for good (wrapping nats.ErrConnectionClosed). Start may be called
 // once: a second call, even after a failed Start, returns ErrAlreadyStarted, and a Start after Stop
 // (or one that Stop interrupted) returns ErrStopped. A failed Start leaves nothing running (no
 // cache, no goroutine), so Stop is then not needed, though harmless.
@@ -272,7 +281,8 @@ func (c *Controller) Cache() *client.Cache { return c.cache.Load() }
 // Enqueue asks for a Reconcile of key (in the controller's namespace). A key already waiting is not
 // queued twice. Keys enqueued before Start are reconciled once it has started; after Stop, Enqueue
 // does nothing. A key that is not a valid key under KeyPrefix is ignored (and logged): the Cache never
-// holds it, so a Reconcile would take an entry the store holds for one that is gone.
+// holds it, so a Reconcile would take an entry the store holds for one that is gone. Enqueue never
+// blocks, so a Reconcile may call it (for another key, or its own).
 func (c *Controller) Enqueue(key string) {
 	if !wire.ValidKey(key) || !strings.HasPrefix(key, c.o.KeyPrefix) {
 		c.log.Warn("reconciler: Enqueue ignored a key that is not a valid key under the prefix", "key", key)

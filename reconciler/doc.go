@@ -14,11 +14,18 @@
 // A Reconcile reads the current entry from Controller.Cache, not from the request, so it acts on the
 // latest intent the cache holds; an absent key means the intent is gone. (While the cache does not
 // follow the store, Cache().Following() is false and its entries are the last it had; Cache().Err()
-// says why when the store refused to watch again, and is nil while the store is merely unreachable.)
+// says why when the store refused to watch again, and is nil while the store is merely unreachable.
+// Once the NATS connection is closed for good the cache follows nothing more, Cache().Done() is
+// closed, and the controller goes on reconciling from the last entries until Stop: a worker.Worker
+// stops itself then.)
 // Media intents are decoded with DecodeMediaIntent and checked with MediaIntent.Validate: an intent
 // that fails is a worker validation failure (a *ValidationError), reported as an ObservedStatus in
 // state "invalid" (InvalidStatus) and never turned into a command. A publish intent without a valid
 // recording_mode, in particular, never produces a StartPublication.
+//
+// A Reconcile that depends on another key (an intent's lease, released by the worker that held it) is
+// woken by that key's changes only if the controller watches it: give a KeyPrefix that covers both
+// (or none), and have the Reconcile of the other key Enqueue the key it concerns.
 //
 // See the Controller example for a worker's Reconcile.
 package reconciler

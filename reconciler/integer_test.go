@@ -47,3 +47,23 @@ func TestDecodeMediaIntentIntegerForms(t *testing.T) {
 		t.Fatalf("no priority: %+v, %v", mi, err)
 	}
 }
+
+// A status another writer spelled observed_at_ms with an exponent (1.7644512e12, which the store's
+// schema takes as an integer) did not decode into a reconciler.ObservedStatus, though it decodes into
+// the wire.ObservedStatus it is defined from: the defined type had dropped wire's UnmarshalJSON.
+func TestObservedStatusDecodesAsTheStoreReadsIt(t *testing.T) {
+	_, c := setup(t)
+	doc := json.RawMessage(`{"subject_key":"intents/a","state":"active","observed_at_ms":1.7644512e12}`)
+	e, err := c.Put(ctxT(t), wire.PutRequest{Namespace: testNS, Key: "status/intents/a",
+		Schema: ObservedStatusSchema, Document: doc})
+	if err != nil {
+		t.Fatalf("the store refused the status: %v", err)
+	}
+	var st ObservedStatus
+	if err := json.Unmarshal(e.Document, &st); err != nil {
+		t.Fatalf("decoding a status the store took: %v", err)
+	}
+	if st.ObservedAtMs != 1764451200000 || st.State != StateActive {
+		t.Fatalf("decoded %+v", st)
+	}
+}

@@ -33,7 +33,8 @@ const maxPriority = 1000
 // MediaIntent is a keeppeek.media-intent.v1 document (wire.MediaIntent, with the worker's checks):
 // a desired publication or subscription of one media source, named by its stable source_id (never a
 // transient session). It is an intent, not a binding: only the capabilities and the command results
-// say whether it exists.
+// say whether it exists. Decode one with DecodeMediaIntent rather than json.Unmarshal, which refuses
+// a priority spelled 5.0 or 5e0 that the store takes.
 type MediaIntent wire.MediaIntent
 
 // ValidationError says why a media intent cannot be acted on: a worker validation failure. The worker
@@ -220,6 +221,13 @@ const (
 // which of two statuses is newer is told by their entries' revisions, not by it.
 type ObservedStatus wire.ObservedStatus
 
+// UnmarshalJSON decodes a keeppeek.observed-status.v1 document (an entry's Document) as
+// wire.ObservedStatus does: observed_at_ms is read as the store's schema reads integers, so a status
+// another writer spelled 1.7644512e12 decodes as the store took it.
+func (s *ObservedStatus) UnmarshalJSON(b []byte) error {
+	return (*wire.ObservedStatus)(s).UnmarshalJSON(b)
+}
+
 // Document returns s encoded as a keeppeek.observed-status.v1 document for a put. The message is
 // made one valid UTF-8 line (invalid bytes become U+FFFD, line breaks spaces: the content guard
 // rejects log-like strings), without the markers of a data URI or a PEM block (which it rejects too),
@@ -258,7 +266,12 @@ func statusMessage(m string) string {
 }
 
 // InvalidStatus is the observed status of an intent that failed decoding or validation (err, usually
-// a *ValidationError) at time at: StateInvalid with err's text as the message.
+// a *ValidationError) at time at: StateInvalid with err's text as the message (no message when err is
+// nil). Document encodes it for the put.
 func InvalidStatus(subjectKey string, err error, at time.Time) ObservedStatus {
-	return ObservedStatus{SubjectKey: subjectKey, State: StateInvalid, ObservedAtMs: at.UnixMilli(), Message: err.Error()}
+	st := ObservedStatus{SubjectKey: subjectKey, State: StateInvalid, ObservedAtMs: at.UnixMilli()}
+	if err != nil {
+		st.Message = err.Error()
+	}
+	return st
 }

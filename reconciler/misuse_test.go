@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
@@ -55,5 +56,23 @@ func TestSecondStartSaysAlreadyStarted(t *testing.T) {
 	}
 	if err := denied.Start(ctxT(t)); !errors.Is(err, ErrAlreadyStarted) || errors.Is(err, ErrStopped) {
 		t.Fatalf("Start after a failed Start = %v, want ErrAlreadyStarted", err)
+	}
+}
+
+// InvalidStatus with a nil error (a caller that reports an intent invalid for a reason of its own,
+// with no error value at hand) panicked with a nil pointer dereference inside the helper. It is the
+// invalid status with no message, which the observed-status schema takes.
+func TestInvalidStatusOfANilError(t *testing.T) {
+	var st ObservedStatus
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("InvalidStatus(nil error) panicked: %v", r)
+			}
+		}()
+		st = InvalidStatus("intents/a", nil, time.UnixMilli(1764451200000))
+	}()
+	if st.State != StateInvalid || st.Message != "" || st.SubjectKey != "intents/a" || st.ObservedAtMs != 1764451200000 {
+		t.Fatalf("InvalidStatus(nil error) = %+v, want state invalid without a message", st)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/keeppeek/coordination/internal/natsserver"
 	"github.com/keeppeek/coordination/internal/natstest"
 	"github.com/keeppeek/coordination/internal/testenv"
@@ -203,5 +205,38 @@ func TestStartWatchTooBroad(t *testing.T) {
 	}
 	if ctrl.Cache() != nil {
 		t.Fatal("a failed Start left a cache")
+	}
+}
+
+// Start returns at once, wrapped so that errors.Is finds them, the store's refusal and a NATS
+// connection closed for good (Start doc); neither waits for ctx.
+func TestStartReturnsRefusalsAndAClosedConnectionAtOnce(t *testing.T) {
+	env, _ := setup(t)
+	r := Func(func(context.Context, Request) (Result, error) { return Result{}, nil })
+
+	alice, err := client.New(env.Connect(t, "alice"), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl, err := New(alice, r, Options{Namespace: testNS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctrl.Start(ctxT(t)); !errors.Is(err, wire.ErrPermissionDenied) {
+		t.Fatalf("Start as a principal that may not read %s = %v, want PERMISSION_DENIED", testNS, err)
+	}
+
+	nc := env.Connect(t, "coordinator")
+	closed, err := client.New(nc, "coordinator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	ctrl, err = New(closed, r, Options{Namespace: testNS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctrl.Start(ctxT(t)); !errors.Is(err, nats.ErrConnectionClosed) {
+		t.Fatalf("Start over a closed connection = %v, want nats.ErrConnectionClosed", err)
 	}
 }
