@@ -433,3 +433,47 @@ func TestCallersThatGiveUpLeaveNothingQueued(t *testing.T) {
 		t.Fatalf("namespace at revision %d with %d entries after %d leases came and went, want %d", rev, entries, leases, want)
 	}
 }
+
+// A burst of leases that are then deleted leaves the deadline heap holding their stale deadlines,
+// and its array the burst's capacity, until they would have come due (a day, for day-long leases).
+// TrimMemory, which a server calls when it goes idle, gives both back.
+func TestTrimMemoryGivesBackTheDeadlineHeap(t *testing.T) {
+	s, _ := openT(t, DefaultOptions())
+	const ns, burst = "service/tx", 2000
+	for i := range burst {
+		mustPut(t, s, admin, ttlPut(ns, fmt.Sprintf("k/%d", i), MaxTTLMs))
+	}
+	for i := range burst {
+		if _, err := s.Delete(ctxT(t), admin, wire.DeleteRequest{Namespace: ns, Key: fmt.Sprintf("k/%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustPut(t, s, admin, ttlPut(ns, "kept", MaxTTLMs))
+	s.TrimMemory()
+	s.mu.RLock()
+	n, c, leased := len(s.deadlines), cap(s.deadlines), s.leased
+	s.mu.RUnlock()
+	if leased != 1 || n != 1 || c > 2*n+deadlineSlack {
+		t.Fatalf("after TrimMemory: %d deadlines in a heap of capacity %d, for %d lease(s)", n, c, leased)
+	}
+	if e, err := s.Get(ctxT(t), admin, wire.GetRequest{Namespace: ns, Key: "kept"}); err != nil || e.ExpiresAtMs == 0 {
+		t.Fatalf("the lease kept: %+v, %v", e, err)
+	}
+}
+
+// A deadline popped from the heap leaves no copy in the array under it: the slot would keep its
+// namespace and key strings reachable for as long as the array lives.
+func TestPoppedDeadlineLeavesNoCopy(t *testing.T) {
+	var h deadlineHeap
+	for i := range 8 {
+		h.push(deadline{atMs: int64(i), ns: "service/tx", key: fmt.Sprintf("k/%d", i), revision: uint64(i + 1)})
+	}
+	for range 5 {
+		h.pop()
+	}
+	for i, d := range h[len(h):cap(h)] {
+		if d != (deadline{}) {
+			t.Fatalf("slot %d past the heap's length still holds %+v", len(h)+i, d)
+		}
+	}
+}

@@ -157,6 +157,7 @@ func (h *deadlineHeap) Pop() any {
 	old := *h
 	n := len(old)
 	x := old[n-1]
+	old[n-1] = deadline{} // the array must not keep the namespace and key reachable
 	*h = old[:n-1]
 	return x
 }

@@ -528,12 +528,21 @@ func (s *Store) untilMs(atMs int64) time.Duration {
 const maxWait = time.Hour
 
 // TrimMemory gives memory back to the operating system after a burst of work: it drops the database
-// file's mapped pages from the resident set (reads fault them back in from the page cache). A server
-// calls it when it has gone idle.
+// file's mapped pages from the resident set (reads fault them back in from the page cache), and the
+// deadline heap's stale deadlines and spare capacity (a burst of leases deleted since would otherwise
+// hold them until they came due). A server calls it when it has gone idle.
 func (s *Store) TrimMemory() {
 	if s.serving() != nil {
 		return
 	}
+	s.mu.Lock()
+	if len(s.deadlines) > s.leased {
+		s.compactDeadlines()
+	}
+	if cap(s.deadlines) > 2*len(s.deadlines)+deadlineSlack {
+		s.deadlines = slices.Clone(s.deadlines) // a heap still: the order is kept
+	}
+	s.mu.Unlock()
 	if t, ok := s.be.(interface{ trimMemory() }); ok {
 		t.trimMemory()
 	}
