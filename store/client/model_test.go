@@ -173,10 +173,7 @@ func (m *modelServer) closeWatch(principal, id string, reason wire.CloseReason) 
 	return st != nil && st.CloseWatch(p, id, reason, "model")
 }
 
-func (m *modelServer) disconnect(nc *nats.Conn) bool {
-	cid, err := nc.GetClientID()
-	return err == nil && m.ns.DisconnectClientByID(cid) == nil
-}
+func (m *modelServer) disconnect(nc *nats.Conn) bool { return natstest.Kick(m.ns, nc) }
 
 func startModelServer(t *testing.T) *modelServer {
 	m := &modelServer{t: t, ns: natstest.Start(t, natsserver.Options{}), closes: newCloseWatcher()}
