@@ -27,14 +27,16 @@
 // client.
 //
 // Clocks: leases rely on the local clock's rate matching the store's, not on their readings. The
-// holder times its lease on its own monotonic clock from the send of each claim or renewal, never
-// from the entry's expires_at_ms (a time of the store's clock, which may be minutes off this host's),
-// and a standby waits for the store's DELETE or EXPIRE, never for a time; claimed_at_ms and
-// renewed_at_ms in the document are the holder's clock and tell nothing of how long the lease has to
-// run. What the safety margin cannot cover is a clock that jumps: the store's wall clock stepped
-// forward (an NTP step, a resumed VM) expires entries early, and a holder host that was suspended
-// finds its monotonic clock stopped meanwhile (Linux's does not count a suspend): Held, and an
-// Elector's job, may then go on after the store expired the entry and a standby claimed it, until
-// the holder's next renewal (due within RenewEvery) is refused. The store's guard still refuses every
+// holder times its lease on its own clock from the send of each claim or renewal, never from the
+// entry's expires_at_ms (a time of the store's clock, which may be minutes off this host's), and a
+// standby waits for the store's DELETE or EXPIRE, never for a time; claimed_at_ms and renewed_at_ms
+// in the document are the holder's clock and tell nothing of how long the lease has to run. The
+// holder's clock counts a suspend of its machine (on Linux it is CLOCK_BOOTTIME; Go's monotonic clock
+// stands still through a suspend): a holder resumed after sleeping past its lease's validity finds
+// Held false and Guard void at once, and its renewal loop ends the lease (ErrLost) when it next wakes,
+// within RenewEvery, instead of renewing. What the safety margin cannot cover is the store's wall
+// clock stepped forward (an NTP step, a resumed VM), which expires entries early: Held, and an
+// Elector's job, may then go on after the store expired the entry and a standby claimed it, until the
+// holder's next renewal (due within RenewEvery) is refused. The store's guard still refuses every
 // write of the former holder (Put, Delete, SaveOffset); work it does outside the store is not fenced.
 package lease

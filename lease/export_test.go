@@ -1,8 +1,10 @@
 package lease
 
 import (
+	"sync/atomic"
 	"time"
 
+	"github.com/keeppeek/coordination/internal/boottime"
 	"github.com/keeppeek/coordination/store/client"
 )
 
@@ -45,3 +47,12 @@ func Resolve(o Options) (Options, error) { return o.resolve() }
 
 // Margin is the safety margin of resolved options.
 func Margin(o Options) time.Duration { return o.margin() }
+
+// WithSuspendableClock returns o timed on a clock that suspend moves forward by d at once, as a
+// suspend of the machine moves CLOCK_BOOTTIME while Go's monotonic clock, and so every timer, stands
+// still.
+func WithSuspendableClock(o Options) (Options, func(d time.Duration)) {
+	var skipped atomic.Int64
+	o.clock = func() boottime.Instant { return boottime.Now().Add(time.Duration(skipped.Load())) }
+	return o, func(d time.Duration) { skipped.Add(int64(d)) }
+}

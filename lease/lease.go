@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keeppeek/coordination/internal/boottime"
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -38,13 +39,13 @@ type Lease struct {
 	epoch string // the store's epoch at the claim: the lease's revisions mean something only in it
 
 	mu         sync.Mutex
-	rev        uint64        // revision of the last claim or renewal known to be committed
-	validUntil time.Time     // held until then: send time of that claim or renewal + TTL - margin
-	stamp      int64         // renewed_at_ms of the last renewal attempt; each attempt's is unique
-	unsure     []attempt     // renewals whose outcome is unknown (no reply), since the last known one
-	inflight   chan struct{} // non-nil while a renewal request is outstanding; closed when it ends
-	err        error         // why the lease ended; nil while it runs
-	gone       bool          // the store is known not to hold the lease's entry any more
+	rev        uint64           // revision of the last claim or renewal known to be committed
+	validUntil boottime.Instant // held until then: send time of that claim or renewal + TTL - margin
+	stamp      int64            // renewed_at_ms of the last renewal attempt; each attempt's is unique
+	unsure     []attempt        // renewals whose outcome is unknown (no reply), since the last known one
+	inflight   chan struct{}    // non-nil while a renewal request is outstanding; closed when it ends
+	err        error            // why the lease ended; nil while it runs
+	gone       bool             // the store is known not to hold the lease's entry any more
 
 	releaseOnce sync.Once
 	releaseErr  error
@@ -57,8 +58,8 @@ type Lease struct {
 
 // attempt is a renewal sent without a reply: it may or may not have committed.
 type attempt struct {
-	stamp int64     // its renewed_at_ms
-	sent  time.Time // when it was sent
+	stamp int64            // its renewed_at_ms
+	sent  boottime.Instant // when it was sent
 }
 
 // Claim creates the lease entry if no one holds it: a create-only put (expected_revision 0) of a
@@ -92,8 +93,7 @@ func claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease: claim %s:%s: %w", o.Namespace, o.Key, err)
 	}
-	sent := time.Now()
-	claimedAt := sent.UnixMilli()
+	sent, claimedAt := o.now(), time.Now().UnixMilli()
 	doc, err := json.Marshal(document{Holder: o.Holder, ClaimedAtMs: claimedAt, Purpose: o.Purpose})
 	if err != nil {
 		return nil, fmt.Errorf("lease: encode document: %w", err)
@@ -186,17 +186,18 @@ func heldError(ctx context.Context, c *client.Client, o *Options, epoch string, 
 
 // Held reports whether the lease is known to be valid: it was neither lost nor released, and the
 // last successful claim or renewal was sent less than TTL - RenewEvery/2 ago. The time runs on the
-// local monotonic clock from when the request was sent, which is before the store committed it and
-// started its TTL, so Held turns false at least RenewEvery/2 (the safety margin) before the store can
-// expire the entry. Jobs check Held before each unit of work; the store's guard on Put and Delete is
-// what actually keeps a former holder from writing.
+// local clock (one that counts a suspend of the machine: see the package doc) from when the request
+// was sent, which is before the store committed it and started its TTL, so Held turns false at least
+// RenewEvery/2 (the safety margin) before the store can expire the entry. Jobs check Held before each
+// unit of work; the store's guard on Put and Delete is what actually keeps a former holder from
+// writing.
 func (l *Lease) Held() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.heldLocked()
 }
 
-func (l *Lease) heldLocked() bool { return l.err == nil && time.Now().Before(l.validUntil) }
+func (l *Lease) heldLocked() bool { return l.err == nil && l.o.now().Before(l.validUntil) }
 
 // Revision returns the revision of the lease entry as of its last successful claim or renewal: the
 // fencing token. It changes with every renewal, and means something only in the store's epoch of the
@@ -355,7 +356,7 @@ func (l *Lease) deleteEntry(ctx context.Context) error {
 }
 
 // run renews the lease, first RenewEvery after the claim was sent, until it is lost or released.
-func (l *Lease) run(ctx context.Context, claimSent time.Time) {
+func (l *Lease) run(ctx context.Context, claimSent boottime.Instant) {
 	defer close(l.done)
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -368,7 +369,7 @@ func (l *Lease) run(ctx context.Context, claimSent time.Time) {
 		if !next.Before(deadline) && l.o.onLastWait != nil {
 			l.o.onLastWait()
 		}
-		t.Reset(time.Until(earlier(next, deadline)))
+		t.Reset(earlier(next, deadline).Sub(l.o.now()))
 		select {
 		case <-ctx.Done():
 			return
@@ -378,7 +379,7 @@ func (l *Lease) run(ctx context.Context, claimSent time.Time) {
 		// (it found one of the lease's unanswered renewals committed). It is checked, and the lease
 		// ended, under the lock that moves it.
 		l.mu.Lock()
-		now := time.Now()
+		now := l.o.now()
 		deadline = l.validUntil
 		expired, ended := !now.Before(deadline), false
 		var err error
@@ -404,14 +405,14 @@ func (l *Lease) run(ctx context.Context, claimSent time.Time) {
 		case renewed:
 			next = sent.Add(l.o.RenewEvery)
 		case retryLater:
-			next = time.Now().Add(retry)
+			next = l.o.now().Add(retry)
 		case stopped:
 			return
 		}
 	}
 }
 
-func earlier(a, b time.Time) time.Time {
+func earlier(a, b boottime.Instant) boottime.Instant {
 	if a.Before(b) {
 		return a
 	}
@@ -428,14 +429,14 @@ const (
 )
 
 // renew sends one CAS renewal and applies its outcome. It returns when the renewal was sent.
-func (l *Lease) renew(ctx context.Context) (time.Time, outcome) {
+func (l *Lease) renew(ctx context.Context) (boottime.Instant, outcome) {
 	if l.o.onRenew != nil {
 		l.o.onRenew()
 	}
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
-		return time.Time{}, stopped
+		return boottime.Instant{}, stopped
 	}
 	rev, deadline := l.rev, l.validUntil
 	l.stamp = max(time.Now().UnixMilli(), l.stamp+1)
@@ -453,10 +454,10 @@ func (l *Lease) renew(ctx context.Context) (time.Time, outcome) {
 	doc, err := json.Marshal(l.document(stamp))
 	if err != nil {
 		l.lose(fmt.Errorf("%w: encode document: %w", ErrLost, err), false)
-		return time.Time{}, stopped
+		return boottime.Instant{}, stopped
 	}
-	sent := time.Now()
-	rctx, cancel := context.WithDeadline(ctx, earlier(deadline, sent.Add(l.o.RenewEvery)))
+	sent := l.o.now()
+	rctx, cancel := context.WithTimeout(ctx, earlier(deadline, sent.Add(l.o.RenewEvery)).Sub(sent))
 	switch check, _ := l.checkEpoch(rctx); check {
 	case epochChanged:
 		cancel()
@@ -485,7 +486,7 @@ func (l *Lease) renew(ctx context.Context) (time.Time, outcome) {
 		return sent, renewed
 	case errors.Is(err, wire.ErrConflict):
 		// Someone else's entry, or none; unless it is one of our renewals that got no reply.
-		rctx, cancel := context.WithDeadline(ctx, deadline)
+		rctx, cancel := context.WithTimeout(ctx, deadline.Sub(l.o.now()))
 		r, v := l.resolve(rctx)
 		cancel()
 		switch v {
@@ -571,12 +572,12 @@ func permanent(err error) bool {
 // adopt records a committed renewal: its revision and the deadline counted from its send time. A
 // revision below the lease's is one it has moved past already (a guarded write and the renewal loop
 // may both resolve the same unanswered renewal): the lease keeps its newer one.
-func (l *Lease) adopt(rev uint64, sent time.Time) { l.adoptIf(rev, sent, false) }
+func (l *Lease) adopt(rev uint64, sent boottime.Instant) { l.adoptIf(rev, sent, false) }
 
 // adoptIf is adopt; with running, only while the lease has not ended: Release, once it ended the
 // lease, resolves unanswered renewals itself, and a resolution adopted behind its back would leave it
 // deleting an old revision with nothing left to tell it the entry moved on.
-func (l *Lease) adoptIf(rev uint64, sent time.Time, running bool) {
+func (l *Lease) adoptIf(rev uint64, sent boottime.Instant, running bool) {
 	l.mu.Lock()
 	if rev < l.rev || (running && l.err != nil) {
 		l.mu.Unlock()
@@ -610,7 +611,7 @@ const (
 // resolved is an unanswered renewal found committed.
 type resolved struct {
 	rev  uint64
-	sent time.Time
+	sent boottime.Instant
 }
 
 // resolve reads the entry after a CAS on the lease's revision failed and tells whether it is one of

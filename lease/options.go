@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/keeppeek/coordination/internal/boottime"
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -65,16 +66,25 @@ type Options struct {
 	boundClaims bool
 
 	// Test hooks (export_test.go); nil in production.
-	onRenewed    func(rev uint64)    // after each successful renewal, with the new revision
-	onRenewReply func()              // when a renewal's reply is in, before it is applied
-	onGuardWait  func()              // when a refused guarded write waits for a renewal in flight
-	onWait       func()              // Campaign: each time it starts waiting for the key to be free
-	onHeld       func()              // Campaign: after each claim refused because the lease is held
-	onLastWait   func()              // renewal loop: each time it waits with no renewal due before the deadline
-	onClaim      func()              // Campaign: before each claim made once the key looked free
-	onHeldWait   func(*client.Cache) // Campaign: before it waits for its cache to reach a refusal's revision
-	onRenew      func()              // renewal loop: before each renewal reads the lease's revision
-	onResolved   func()              // a refused guarded write found an unanswered renewal its own, before adopting it
+	onRenewed    func(rev uint64)        // after each successful renewal, with the new revision
+	onRenewReply func()                  // when a renewal's reply is in, before it is applied
+	onGuardWait  func()                  // when a refused guarded write waits for a renewal in flight
+	onWait       func()                  // Campaign: each time it starts waiting for the key to be free
+	onHeld       func()                  // Campaign: after each claim refused because the lease is held
+	onLastWait   func()                  // renewal loop: each time it waits with no renewal due before the deadline
+	onClaim      func()                  // Campaign: before each claim made once the key looked free
+	onHeldWait   func(*client.Cache)     // Campaign: before it waits for its cache to reach a refusal's revision
+	onRenew      func()                  // renewal loop: before each renewal reads the lease's revision
+	onResolved   func()                  // a refused guarded write found an unanswered renewal its own, before adopting it
+	clock        func() boottime.Instant // the lease's clock; nil: boottime.Now
+}
+
+// now reads the clock the lease times itself on: boottime's, which counts a suspend of the machine.
+func (o *Options) now() boottime.Instant {
+	if o.clock != nil {
+		return o.clock()
+	}
+	return boottime.Now()
 }
 
 // margin is the safety margin subtracted from TTL when deciding whether the lease is still held.

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package boottime
+
+import "time"
+
+func now() time.Duration { return monotonic() }
