@@ -102,6 +102,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			opts.Sources = append(opts.Sources, sim.SourceConfig{SourceID: id})
 		}
 	}
+	if len(opts.Sources) == 0 {
+		// An empty --sources (a variable left unset) would run a simulator nobody can publish from.
+		fmt.Fprintf(stderr, "mediasim: --sources %q names no source id\n", *sources)
+		return 2
+	}
 	for ref := range strings.SplitSeq(*failing, ",") {
 		if ref = strings.TrimSpace(ref); ref == "" {
 			continue

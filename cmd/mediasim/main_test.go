@@ -261,6 +261,8 @@ func TestMediasimBadFlagsAreUsageErrors(t *testing.T) {
 		{"--ready-delay", "-1s"},
 		{"--sources", "front door"},
 		{"--sources", "a,a"},
+		{"--sources", ""},    // an empty variable: a simulator of no source serves nothing anyone asks for
+		{"--sources", " , "}, // likewise
 		{"--prefix", "kp.*"},
 		{"--fail", "a/b c/d"},
 		{"--password", "p"},                 // no --user: the password would be dropped, unsent

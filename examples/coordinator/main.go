@@ -74,6 +74,45 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	default:
 		return usage()
 	}
+	// Everything the store would refuse, and connection flags that cannot work, are bad usage too,
+	// found before anything connects.
+	badUsage := func(err error) int {
+		fmt.Fprintf(stderr, "coordinator: %v\n", err)
+		return usage()
+	}
+	if err := conn.Check(); err != nil {
+		return badUsage(err)
+	}
+	ns := "service/" + *service
+	var intent coordinator.MediaIntent
+	var key string
+	switch args[0] {
+	case "publish":
+		intent = coordinator.PublishIntent(args[1], *kind, *recording)
+		intent.VariantID, intent.OutputProfile = *variant, *profile
+		if intent.OutputProfile == "" {
+			intent.OutputProfile = *variant
+		}
+		key = "intents/" + args[1] + "-" + *kind + "-" + *variant
+	case "model":
+		intent = coordinator.SubscribeIntent(args[1], *kind)
+		intent.VariantID = *variant
+		params, _ := json.Marshal(map[string]string{"model_profile": *model})
+		intent.Parameters = map[string]json.RawMessage{*service: params}
+		key = "intents/" + args[1] + "-" + *model
+	case "desired", "delete":
+		if !wire.ValidNamespace(args[1]) {
+			return badUsage(fmt.Errorf("namespace %q is not a namespace (service/<id>, user/<id>, group/<id>)", args[1]))
+		}
+		if !wire.ValidKey(args[2]) {
+			return badUsage(fmt.Errorf("key %q is not a key (segments of [A-Za-z0-9._-], at most %d bytes)", args[2], wire.MaxKeyLen))
+		}
+	}
+	if key != "" {
+		if err := internal.CheckIntent(ns, key, intent); err != nil {
+			return badUsage(err)
+		}
+	}
 	fail := func(err error) int {
 		// The coordinator package's errors already say where they come from.
 		fmt.Fprintf(stderr, "coordinator: %s\n", strings.TrimPrefix(err.Error(), "coordinator: "))
@@ -99,21 +138,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	ns := "service/" + *service
 	switch args[0] {
-	case "publish":
-		in := coordinator.PublishIntent(args[1], *kind, *recording)
-		in.VariantID, in.OutputProfile = *variant, *profile
-		if in.OutputProfile == "" {
-			in.OutputProfile = *variant
-		}
-		return printEntry(co.PutIntent(ctx, ns, "intents/"+args[1]+"-"+*kind+"-"+*variant, in))
-	case "model":
-		in := coordinator.SubscribeIntent(args[1], *kind)
-		in.VariantID = *variant
-		params, _ := json.Marshal(map[string]string{"model_profile": *model})
-		in.Parameters = map[string]json.RawMessage{*service: params}
-		return printEntry(co.PutIntent(ctx, ns, "intents/"+args[1]+"-"+*model, in))
+	case "publish", "model":
+		return printEntry(co.PutIntent(ctx, ns, key, intent))
 	case "desired":
 		return printEntry(co.SetDesired(ctx, args[1], args[2], desired))
 	case "delete":

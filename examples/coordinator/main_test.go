@@ -91,6 +91,39 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// Flags and arguments whose write the store would refuse, and connection flags that cannot work, are
+// bad usage too (exit 2, naming what is wrong), found before anything connects: they were sent (or
+// dialled) first and ended with exit 1, as for a failure at run time. The NATS address here leads
+// nowhere, so a connection attempt would be exit 1.
+func TestBadValuesAreUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"fleet", "--user", "BAD"}, "--user"},
+		{[]string{"publish", "front door"}, "key"},
+		{[]string{"publish", "x", "--recording-mode", "bogus"}, "recording_mode"},
+		{[]string{"publish", "x", "--kind", "nope"}, "media_kind"},
+		{[]string{"publish", "x", "--service", "BAD"}, "namespace"},
+		{[]string{"publish", "x", "--variant", "a b"}, "key"},
+		{[]string{"model", "x", "--model", "bad model"}, "key"},
+		{[]string{"delete", "bad-ns", "k"}, "namespace"},
+		{[]string{"desired", "service/x", "bad key", "true"}, "key"},
+		{[]string{"fleet", "--nkey", "/nonexistent", "--password", "x"}, "--nkey and --password"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), append(c.args, "--nats-url", "nats://127.0.0.1:1"), &out, &errOut); code != 2 || !strings.Contains(errOut.String(), c.want) {
+			t.Errorf("coordinator %q: exit %d, want 2 naming %s (%s)", c.args, code, c.want, errOut.String())
+		}
+	}
+	for _, url := range []string{"nats://127.0.0.1:99999", "http://127.0.0.1:1"} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{"fleet", "--nats-url", url}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "--nats-url") {
+			t.Errorf("coordinator fleet --nats-url %s: exit %d, want 2 naming --nats-url (%s)", url, code, errOut.String())
+		}
+	}
+}
+
 // The usage (for -h and for a mistyped flag) never shows the password taken from KP_PASSWORD: it was
 // the --password flag's default, printed on a terminal or into a log. The password is still the one
 // KP_PASSWORD names when no --password is given.

@@ -30,6 +30,7 @@ func main() {
 	health := flag.String("health-listen", "127.0.0.1:9096", "HTTP address of /healthz (empty: none)")
 	internal.ParseFlags()
 	internal.CheckWorkerFlags(*workerID, service)
+	internal.CheckConnFlags(conn)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	// Listened on first, before NATS is waited for: an address taken (another CV worker's, started
 	// with the defaults) ends the worker at once, rather than leave it running unprobed while a probe

@@ -4,17 +4,21 @@ package internal
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/keeppeek/coordination/internal/natsurl"
 	"github.com/keeppeek/coordination/store/client"
+	"github.com/keeppeek/coordination/store/schema"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -37,8 +41,8 @@ func ConnFlags(defUser string) Conn { return ConnFlagsOn(flag.CommandLine, defUs
 func ConnFlagsOn(fs *flag.FlagSet, defUser string) Conn {
 	envUser := envOr("KP_USER", defUser)
 	return Conn{
-		URL:      fs.String("nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server"),
-		User:     fs.String("user", envUser, "principal"),
+		URL:      fs.String("nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server (env NATS_URL)"),
+		User:     fs.String("user", envUser, "principal (env KP_USER)"),
 		Password: fs.String("password", "", "password of the principal (default $KP_PASSWORD, for the user of $KP_USER only; none for the dev principal)"),
 		Nkey:     fs.String("nkey", "", "file of the principal's nkey seed, to sign in with instead of a password (default $KP_NKEY, for the user of $KP_USER only)"),
 		envUser:  envUser,
@@ -124,6 +128,60 @@ func CheckWorkerFlags(workerID string, service *string) {
 	if service != nil && !wire.ValidPrincipalID(*service) {
 		UsageError("--service %q is not a service id ([a-z0-9][a-z0-9_-]{0,62})", *service)
 	}
+}
+
+// Check reports a connection flag that cannot work, so that a command refuses it as bad usage before
+// it connects: a --user (or KP_USER) that is no principal id was refused only by Dial (exit 1, as for
+// a failure at run time), a --nats-url nats.go cannot use made a worker wait for ever for a server
+// that cannot exist, and --nkey with --password was refused only by Dial.
+func (c Conn) Check() error {
+	if !wire.ValidPrincipalID(*c.User) {
+		return fmt.Errorf("--user %q (default $KP_USER) is not a principal id ([a-z0-9][a-z0-9_-]{0,62})", *c.User)
+	}
+	if err := natsurl.Check(*c.URL); err != nil {
+		return fmt.Errorf("--nats-url %q (default $NATS_URL): %v", natsurl.Redact(*c.URL), err)
+	}
+	if *c.Password != "" && c.Nkey != nil && *c.Nkey != "" {
+		return errors.New("--nkey and --password are two ways to sign in: give one")
+	}
+	return nil
+}
+
+// CheckConnFlags ends a command with a usage error (UsageError) when conn.Check refuses its flags.
+func CheckConnFlags(conn Conn) {
+	if err := conn.Check(); err != nil {
+		UsageError("%v", err)
+	}
+}
+
+var (
+	registryOnce sync.Once
+	registry     *schema.Registry
+	registryErr  error
+)
+
+// CheckIntent checks, locally and before anything connects, that in may be written at namespace/key
+// as the store would check it (namespace, key, keeppeek.media-intent.v1): a command whose flags make
+// an intent the store refuses is bad usage, not a failure at run time.
+func CheckIntent(namespace, key string, in wire.MediaIntent) error {
+	if !wire.ValidNamespace(namespace) {
+		return fmt.Errorf("namespace %q is not a namespace (service/<id>, user/<id>, group/<id>)", namespace)
+	}
+	if !wire.ValidKey(key) {
+		return fmt.Errorf("key %q is not a key (segments of [A-Za-z0-9._-], at most %d bytes)", key, wire.MaxKeyLen)
+	}
+	registryOnce.Do(func() { registry, registryErr = schema.New() })
+	if registryErr != nil {
+		return registryErr
+	}
+	doc, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	if err := registry.Validate(schema.MediaIntentV1, namespace, doc); err != nil {
+		return fmt.Errorf("the intent would be refused: %v", err)
+	}
+	return nil
 }
 
 // Dial connects as the principal with the inbox prefix its permissions allow.

@@ -3,6 +3,7 @@ package internal
 import (
 	"flag"
 	"io"
+	"strings"
 	"testing"
 )
 
@@ -40,5 +41,49 @@ func TestPasswordBelongsToTheEnvironmentsUser(t *testing.T) {
 	}
 	if got := conn.password(); got != "alice-secret" {
 		t.Errorf("default user: password %q", got)
+	}
+}
+
+// Check refuses connection flags that cannot work (a user that is no principal id, from --user or
+// KP_USER; a URL nats.go cannot dial; --nkey with --password) and takes the defaults and good ones.
+func TestConnCheck(t *testing.T) {
+	for _, c := range []struct {
+		envUser string
+		args    []string
+		ok      bool
+	}{
+		{"", nil, true},
+		{"", []string{"--nats-url", "127.0.0.1:4222,nats://h:1", "--user", "media-1"}, true},
+		{"", []string{"--user", "BAD"}, false},
+		{"Bad_User", nil, false},
+		{"", []string{"--nats-url", "nats://127.0.0.1:0"}, false},
+		{"", []string{"--nats-url", "https://127.0.0.1:4222"}, false},
+		{"", []string{"--nats-url", " , "}, false},
+		{"", []string{"--nkey", "f", "--password", "p"}, false},
+	} {
+		t.Setenv("KP_USER", c.envUser)
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		conn := ConnFlagsOn(fs, "dev")
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.Check(); (err == nil) != c.ok {
+			t.Errorf("KP_USER=%q %v: Check %v, want ok %v", c.envUser, c.args, err, c.ok)
+		}
+	}
+}
+
+// Check's refusal of a --nats-url does not show the password the URL carries.
+func TestConnCheckHidesTheURLsLogin(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	conn := ConnFlagsOn(fs, "dev")
+	if err := fs.Parse([]string{"--nats-url", "nats://u:s3cret@h:99999"}); err != nil {
+		t.Fatal(err)
+	}
+	err := conn.Check()
+	if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "u:xxxxx@h:99999") {
+		t.Fatalf("Check = %v, want a refusal naming the URL without its password", err)
 	}
 }

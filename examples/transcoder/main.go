@@ -24,13 +24,14 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	conn := internal.ConnFlags("dev")
-	flag.Lookup("user").Usage = "principal (an admin: service namespaces are admin-written)"
+	flag.Lookup("user").Usage = "principal (env KP_USER; an admin: service namespaces are admin-written)"
 	service := flag.String("service", "transcoder-a", "service id: the worker reads service/<id>")
 	host, _ := os.Hostname()
 	workerID := flag.String("worker-id", fmt.Sprintf("tx-%d", os.Getpid()), "worker id ([A-Za-z0-9_-]{1,64}) on "+host)
 	ttl := flag.Duration("lease-ttl", 5*time.Second, "lease TTL: how long a standby waits after this worker dies")
 	internal.ParseFlags()
 	internal.CheckWorkerFlags(*workerID, service)
+	internal.CheckConnFlags(conn)
 
 	if *ttl < lease.MinTTL || *ttl > lease.MaxTTL {
 		// A usage error, checked before waiting for NATS; 0 would otherwise be the library's default

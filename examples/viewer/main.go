@@ -31,6 +31,10 @@ func main() {
 	workerID := flag.String("worker-id", fmt.Sprintf("viewer-%d", os.Getpid()), "worker id (two viewers of one principal need two)")
 	internal.ParseFlags()
 	internal.CheckWorkerFlags(*workerID, nil)
+	internal.CheckConnFlags(conn)
+	if err := checkWant(*conn.User, *source, *kind, *variant); err != nil {
+		internal.UsageError("%v", err)
+	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	nc, err := conn.Dial("viewer", internal.WaitForNATS(logger)...)
 	if err != nil {
@@ -58,6 +62,22 @@ func main() {
 		logger.Error("viewer", "err", err)
 		os.Exit(1)
 	}
+}
+
+// checkWant checks, before anything connects, the subscription intent the flags ask for: the store
+// would refuse it, or (an empty variant) store an intent no media server can answer, and the viewer,
+// started before stated, would retry it for ever.
+func checkWant(user, source, kind, variant string) error {
+	switch {
+	case !wire.ValidIdentifier(source):
+		return fmt.Errorf("--source %q is not a source id ([A-Za-z0-9._-], at most %d bytes)", source, wire.MaxIdentifierLen)
+	case kind != "video" && kind != "audio":
+		return fmt.Errorf("--kind %q is not video or audio", kind)
+	case !wire.ValidIdentifier(variant):
+		return fmt.Errorf("--variant %q is not a variant id ([A-Za-z0-9._-], at most %d bytes)", variant, wire.MaxIdentifierLen)
+	}
+	return internal.CheckIntent("user/"+user, "intents/"+source+"-"+kind+"-"+variant, // the key of view.Want
+		wire.MediaIntent{Role: wire.RoleSubscribe, Desired: true, SourceID: source, MediaKind: kind, VariantID: variant})
 }
 
 // Backoff of the intent's write while stated is not reachable: the first retry waits wantBackoff,

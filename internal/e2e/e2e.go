@@ -413,3 +413,20 @@ func Main(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// WantUsageError runs bin with args, env added to its environment, and fails the test unless it
+// exits 2 within 10 s with its usage ("Usage of") and a message naming want: a command's refusal of
+// flags that cannot work, before it connects to anything.
+func WantUsageError(t testing.TB, bin string, env, args []string, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	timedOut := ctx.Err() != nil
+	var ee *exec.ExitError
+	if timedOut || !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), want) || !strings.Contains(string(out), "Usage of") {
+		t.Errorf("%s %v %v: %v (timed out: %v), want exit 2 naming %s, with the usage:\n%s", filepath.Base(bin), env, args, err, timedOut, want, out)
+	}
+}

@@ -4,7 +4,10 @@
 package natsurl
 
 import (
+	"errors"
+	"fmt"
 	neturl "net/url"
+	"strconv"
 	"strings"
 )
 
@@ -65,4 +68,50 @@ func redactOne(p string) string {
 		lead := strings.Index(p, trimmed)
 		return p[:lead] + u.String() + p[lead+len(trimmed):] // the spaces around it kept
 	}
+}
+
+// Check checks urls as nats.Connect reads them (a comma-separated list; empty elements skipped; an
+// element without a scheme taken as nats://), so that a command refuses a URL nats.go could never
+// dial as a mistake in its configuration rather than failing (or retrying for ever) once it connects:
+// a malformed URL, a scheme nats.go does not dial (nats, tls, ws and wss are), a URL naming no host
+// (nats://:4222, which nats.go takes for this machine: the mark of a template variable left empty), a
+// port outside 1 to 65535 (which url.Parse takes), or no URL at all. Its errors never repeat a URL,
+// which may carry a login.
+func Check(urls string) error {
+	n := 0
+	for p := range strings.SplitSeq(urls, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		n++
+		if !strings.Contains(p, "://") {
+			p = "nats://" + p
+		}
+		u, err := neturl.Parse(p)
+		if err != nil {
+			var uerr *neturl.Error
+			if errors.As(err, &uerr) {
+				err = uerr.Err // without the URL it quotes
+			}
+			return fmt.Errorf("not a NATS URL (nats://host:port, or a comma-separated list of them): %w", err)
+		}
+		switch u.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return fmt.Errorf("a URL's scheme is %q: NATS is reached over nats, tls, ws or wss", u.Scheme)
+		}
+		if u.Hostname() == "" {
+			return errors.New("a URL names no host (want nats://host:port, or a comma-separated list of them)")
+		}
+		if port := u.Port(); port != "" {
+			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+				return fmt.Errorf("a URL's port is %s: the port must be a number from 1 to 65535", port)
+			}
+		}
+	}
+	if n == 0 {
+		return errors.New("no URL (want nats://host:port, or a comma-separated list of them)")
+	}
+	return nil
 }

@@ -1,6 +1,9 @@
 package natsurl
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // A NATS URL's login (user and password, or a token) is hidden; the rest of it is kept.
 func TestRedact(t *testing.T) {
@@ -35,6 +38,33 @@ func TestRedactIn(t *testing.T) {
 	} {
 		if got := RedactIn(c.msg, c.urls); got != c.want {
 			t.Errorf("RedactIn(%q, %q) = %q, want %q", c.msg, c.urls, got, c.want)
+		}
+	}
+}
+
+// Check takes what nats.go dials and refuses, without repeating the URL (its login), what it never
+// could.
+func TestCheck(t *testing.T) {
+	for _, ok := range []string{"nats://h:4222", "h:4222", "h", "tls://u:s3cret@h:1, ws://h:2,wss://h:3", "nats://h:1,,", "nats://[::1]:4222"} {
+		if err := Check(ok); err != nil {
+			t.Errorf("Check(%q) = %v, want nil", ok, err)
+		}
+	}
+	for in, want := range map[string]string{
+		"":                               "no URL",
+		" , ":                            "no URL",
+		"nats://:4222":                   "no host",
+		"https://u:s3cret@h:4222":        `scheme is "https"`,
+		"nats://h:4222,nats://h:99999":   "port is 99999",
+		"nats://u:s3cret@h:0":            "port is 0",
+		"nats://u:s3cret@bad host:4222":  "not a NATS URL",
+		"nats://u:s3cret@h:4222/%zz/..x": "not a NATS URL",
+	} {
+		err := Check(in)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Check(%q) = %v, want an error saying %q", in, err, want)
+		} else if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Check(%q) = %v: it shows the password", in, err)
 		}
 	}
 }

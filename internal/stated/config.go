@@ -4,10 +4,8 @@
 package stated
 
 import (
-	"errors"
 	"fmt"
 	"net"
-	neturl "net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -330,7 +328,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("nats: set listen or url")
 	}
 	if c.NATS.URL != "" {
-		if err := checkNATSURL(c.NATS.URL); err != nil {
+		if err := natsurl.Check(c.NATS.URL); err != nil {
 			// Redacted: the URL may carry a login, and this error goes to the log.
 			return fmt.Errorf("nats: url %q: %w", natsurl.Redact(c.NATS.URL), err)
 		}
@@ -384,48 +382,6 @@ func (c *Config) Validate() error {
 		if !wire.ValidNamespace(ns) || ns == string(wire.KindSystem) {
 			return fmt.Errorf("state_store.settings: %q is not a namespace that can be settings-backed", ns)
 		}
-	}
-	return nil
-}
-
-// checkNATSURL checks urls as nats.Connect reads them (a comma-separated list; an element without a
-// scheme is taken as nats://), so that a malformed url is refused with the configuration, exit code
-// 2, rather than found when stated connects, after it opened the store. It is stricter in one way: a
-// URL naming no host (nats://:4222), which nats.Connect takes for the local machine, is refused, as
-// the mark of a template variable left empty. A port outside 1 to 65535, which url.Parse takes, is
-// refused too. The error it returns never repeats the URL, which may carry a login.
-func checkNATSURL(urls string) error {
-	n := 0
-	for p := range strings.SplitSeq(urls, ",") {
-		p = strings.TrimSpace(p)
-		if p == "" {
-			continue // nats.Connect skips empty elements too
-		}
-		n++
-		if !strings.Contains(p, "://") {
-			p = "nats://" + p
-		}
-		u, err := neturl.Parse(p)
-		if err != nil {
-			var uerr *neturl.Error
-			if errors.As(err, &uerr) {
-				err = uerr.Err // without the URL it quotes
-			}
-			return fmt.Errorf("not a NATS URL (nats://host:port, or a comma-separated list of them): %w", err)
-		}
-		if u.Hostname() == "" {
-			return fmt.Errorf("a URL names no host (want nats://host:port, or a comma-separated list of them)")
-		}
-		if port := u.Port(); port != "" {
-			// url.Parse takes any digits for a port; a dial refuses what is past 65535, and 0 names
-			// no server.
-			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-				return fmt.Errorf("a URL's port is %s: the port must be a number from 1 to 65535", port)
-			}
-		}
-	}
-	if n == 0 {
-		return fmt.Errorf("no URL (want nats://host:port, or a comma-separated list of them)")
 	}
 	return nil
 }
