@@ -252,8 +252,12 @@ func (r releaser) Stop() {
 	for key, b := range held {
 		wg.Go(func() {
 			// The worker is going: a publication the media server does not hear the stop of is let go
-			// all the same (stopPublication logged it), its lease released.
-			_ = r.t.stopPublication(context.Background(), key, b)
+			// all the same (stopPublication logged it), its lease released, but its status names it
+			// (letGoUnstopped): it may still run, and whoever looks at the intent next ends it.
+			if err := r.t.stopPublication(context.Background(), key, b); err != nil {
+				r.t.letGoUnstopped(context.Background(), key, b, err)
+				return
+			}
 			r.t.letGo(context.Background(), key, b, "worker stopping")
 		})
 	}
@@ -945,10 +949,28 @@ func (t *Transcoder) stopPublication(ctx context.Context, key string, b *binding
 // letGo is the rest of stopBinding, once the publication is stopped: "stopped" over our last status,
 // the lease released.
 func (t *Transcoder) letGo(ctx context.Context, key string, b *binding, why string) {
+	t.release(ctx, key, b, reconciler.ObservedStatus{SubjectKey: key, State: reconciler.StateStopped,
+		ObservedAtMs: time.Now().UnixMilli(), Message: why, Holder: t.cfg.WorkerID}, why)
+}
+
+// letGoUnstopped lets the binding go on a worker's way out although the media server did not answer
+// the stop of its publication (stopErr): the publication may still run. "stopped" would name no
+// publication, and once the intent was withdrawn nobody would ever end it; the status names it,
+// pending, so that a worker that takes the intent up ends it (stopOrphan), or, still desired, its
+// next holder takes the variant over.
+func (t *Transcoder) letGoUnstopped(ctx context.Context, key string, b *binding, stopErr error) {
+	t.release(ctx, key, b, reconciler.ObservedStatus{SubjectKey: key, State: reconciler.StatePending,
+		ObservedAtMs: time.Now().UnixMilli(), Holder: t.cfg.WorkerID, PublicationID: b.publicationID, VariantID: b.variantID,
+		Message: "worker stopping: the media server did not answer the stop of publication " + b.publicationID +
+			", which may still run (" + stopErr.Error() + ")"}, "worker stopping, publication "+b.publicationID+" not stopped")
+}
+
+// release writes st over our last status (while the lease is held: the status is the holder's to
+// write) and releases the binding's lease.
+func (t *Transcoder) release(ctx context.Context, key string, b *binding, st reconciler.ObservedStatus, why string) {
 	ctx = context.WithoutCancel(ctx)
-	if b.lease.Held() { // the status is the lease holder's to write
-		t.putStatus(ctx, b, key, reconciler.ObservedStatus{SubjectKey: key, State: reconciler.StateStopped,
-			ObservedAtMs: time.Now().UnixMilli(), Message: why, Holder: t.cfg.WorkerID}, true)
+	if b.lease.Held() {
+		t.putStatus(ctx, b, key, st, true)
 	}
 	_ = b.lease.Release(ctx)
 	t.w.DropLease(b.leaseKey)

@@ -439,7 +439,7 @@ func TestStopDuringAStopOfThePublicationFinishesIt(t *testing.T) {
 
 // A graceful stop on a slow media server stops every publication the transcoder holds, each with the
 // time a command needs: one shared deadline for them all left the last ones unsent, their
-// publications holding their variants after the transcoder had gone.
+// publications holding their variants after the transcoder had gone. Every lease is released.
 func TestStopEndsEveryPublicationOnASlowMediaServer(t *testing.T) {
 	variants := []string{"browser-h264-720p", "browser-h264-480p", "browser-h264-360p"}
 	f := setup(t, sim.SourceConfig{SourceID: src})
@@ -469,7 +469,11 @@ func TestStopEndsEveryPublicationOnASlowMediaServer(t *testing.T) {
 		t.Errorf("publications left after the transcoder stopped: %+v", pubs)
 	}
 	for i, k := range keys {
-		if st := f.statusOf(t, k); !strings.Contains(st, `"state":"stopped"`) {
+		// A stop answered within the command's timeout says stopped; one answered later (the media
+		// server queues them) was not known to have stopped anything when the worker went: its
+		// status names the publication, for whoever takes the intent up next to end.
+		if st := f.statusOf(t, k); !strings.Contains(st, `"state":"stopped"`) &&
+			!(strings.Contains(st, `"state":"pending"`) && strings.Contains(st, `"publication_id":"pub-`)) {
 			t.Errorf("status of %s after the stop: %s", k, st)
 		}
 		if !f.leaseGone(t, "leases/front-door-video-"+variants[i]) {
