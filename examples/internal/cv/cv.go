@@ -344,6 +344,13 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	if j != nil && (!ok || err != nil || !in.Desired || model == "" || !j.lease.Held()) {
 		j.stop()
 		if j.subscriptionID != "" {
+			if j.lease.Held() {
+				// Its detections are stopped, and an unsubscribe a slow media server answers late
+				// would leave "active" standing meanwhile: the status says it is being ended (and
+				// still names it, for the next holder to end should this one die).
+				c.report(ctx, req.Key, j, reconciler.ObservedStatus{State: reconciler.StatePending, SubscriptionID: j.subscriptionID,
+					VariantID: j.gotVariant, Message: "intent no longer desired: ending subscription " + j.subscriptionID})
+			}
 			uerr := c.cmds.Unsubscribe(context.WithoutCancel(ctx), j.subscriptionID)
 			if uerr != nil && !errors.Is(uerr, capabilities.ErrSubscriptionNotFound) {
 				// The unsubscribe reached nobody (a silent media server): back with the same session,
@@ -436,6 +443,12 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		// Not given up when ctx ends (the lease's loss, a stop): an unsubscribe not sent would leave
 		// the subscription to nobody.
 		j.stop()
+		// The status says so first: the subscription may be gone already (a restarted media server,
+		// a source reconnected), and an unsubscribe (or the subscribe after it) that a slow media
+		// server takes its time over would leave "active" standing for it meanwhile. It still names
+		// the subscription, for the next holder to end should this one die before it is ended.
+		c.report(ctx, req.Key, j, reconciler.ObservedStatus{State: reconciler.StatePending, SubscriptionID: j.subscriptionID,
+			VariantID: j.gotVariant, Message: "ending subscription " + j.subscriptionID})
 		uerr := c.cmds.Unsubscribe(context.WithoutCancel(ctx), j.subscriptionID)
 		if uerr != nil && !errors.Is(uerr, capabilities.ErrSubscriptionNotFound) {
 			// Unanswered (a slow media server): it may still be there, and forgotten now it would be
@@ -465,6 +478,7 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		}
 		return reconciler.Result{}, nil // subscribe only to what exists; a capability change wakes us
 	}
+	claimedOver := false // the status found at the claim says someone (a gone holder) is at work
 	if j == nil {
 		l, err := lease.Claim(ctx, c.w.Client(), lease.Options{Namespace: c.ns, Key: leaseKey(req.Key),
 			Holder: c.cfg.WorkerID, TTL: c.cfg.LeaseTTL, Purpose: "cv " + req.Key, Logger: c.cfg.Logger})
@@ -479,6 +493,7 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		// Ended first, or the job would run beside it for good.
 		st, _, found, rerr := internal.ReadStatus(ctx, c.w.Client(), c.ns, req.Key)
 		if rerr == nil && found {
+			claimedOver = st.State != reconciler.StateStopped
 			var done bool
 			done, rerr = c.endSubscriptionOf(ctx, req.Key, st)
 			if rerr == nil && !done {
@@ -509,6 +524,13 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		// Lost while a command was under way: a subscribe now would run the job beside the new
 		// holder's. The loss re-enqueues the intent, which lets the job go.
 		return reconciler.Result{}, nil
+	}
+	if j.reported != "" || claimedOver {
+		// The status names what is gone (a subscription ended above, a gone holder's ended at the
+		// claim): until the subscribe is answered, which a slow media server takes its time over (or
+		// never, in time), it would go on saying so.
+		c.report(ctx, req.Key, j, reconciler.ObservedStatus{State: reconciler.StatePending, VariantID: in.VariantID,
+			Message: "subscribing on session " + src.SessionID})
 	}
 	// Not abandoned when a stop or the lease's loss cancels ctx: the media server would still make the
 	// subscription, and nobody would know to end it. The command's own timeout bounds the wait (one

@@ -147,6 +147,18 @@ func (g *Gate) SetCut(cut bool) {
 // after the old one's) as the principal "media"; with g, its connection goes through g.
 func ReplaceSim(t *testing.T, e *Env, sources []sim.SourceConfig, g *Gate) *sim.Sim {
 	t.Helper()
+	return replaceSim(t, e, sources, g, 0)
+}
+
+// RestartSlow replaces e's simulator as ReplaceSim does, with one that answers every command delay
+// after it came, from its start on: a media server restarted, and slow.
+func RestartSlow(t *testing.T, e *Env, sources []sim.SourceConfig, delay time.Duration) *sim.Sim {
+	t.Helper()
+	return replaceSim(t, e, sources, nil, delay)
+}
+
+func replaceSim(t *testing.T, e *Env, sources []sim.SourceConfig, g *Gate, delay time.Duration) *sim.Sim {
+	t.Helper()
 	after := e.Sim.Generation()
 	e.Sim.Stop()
 	opts := []nats.Option{nats.CustomInboxPrefix(wire.InboxPrefix("media")), nats.Name("media"),
@@ -160,6 +172,7 @@ func ReplaceSim(t *testing.T, e *Env, sources []sim.SourceConfig, g *Gate) *sim.
 	}
 	t.Cleanup(nc.Close)
 	s := sim.New(nc, sim.Options{Sources: sources, ReadyDelay: 50 * time.Millisecond, After: after})
+	s.SetCommandDelay(delay)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	if err := s.Start(ctx); err != nil {

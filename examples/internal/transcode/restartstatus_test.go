@@ -1,15 +1,13 @@
 package transcode_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/keeppeek/coordination/capabilities/sim"
+	"github.com/keeppeek/coordination/examples/internal/simtest"
 	"github.com/keeppeek/coordination/reconciler"
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -43,21 +41,7 @@ func TestStatusNotActiveWhileAPublicationGoneIsRestarted(t *testing.T) {
 	waitFor(t, 10*time.Second, "status active", func() bool { return readStatus(t, f).State == reconciler.StateActive })
 	old := readStatus(t, f).PublicationID
 
-	after := f.Sim.Generation()
-	f.Sim.Stop()
-	nc, err := nats.Connect(f.URL, nats.CustomInboxPrefix(wire.InboxPrefix("media")), nats.Name("media"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	next := sim.New(nc, sim.Options{Sources: []sim.SourceConfig{{SourceID: src}}, ReadyDelay: 50 * time.Millisecond, After: after})
-	next.SetCommandDelay(3 * time.Second) // slow, within the request timeout
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	if err := next.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(next.Stop)
+	next := simtest.RestartSlow(t, f.Env, []sim.SourceConfig{{SourceID: src}}, 3*time.Second) // slow, within the request timeout
 	waitFor(t, 10*time.Second, "the new start under way", func() bool { return next.Pending() > 0 })
 	// The worker has seen the new session (it sent the start on it): its status says so.
 	waitFor(t, 2*time.Second, "status no longer active for the publication gone", func() bool {

@@ -293,6 +293,16 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	}
 	if !ok || err != nil || !in.Desired || in.Role != reconciler.RoleSubscribe {
 		if subscribed {
+			// Said first: an unsubscribe that a slow media server answers late (or a restarted one
+			// never) would leave "active" standing meanwhile. It still names the subscription, which
+			// this viewer, restarted with the same worker id, ends.
+			ending := reconciler.ObservedStatus{SubjectKey: req.Key, State: reconciler.StatePending, ObservedAtMs: time.Now().UnixMilli(),
+				SubscriptionID: cur.id, VariantID: cur.variantID, Message: "intent no longer desired: ending subscription " + cur.id}
+			if !v.lastSaysEnding(req.Key, cur.id) {
+				if err := v.status(ctx, req.Key, ending); err != nil {
+					v.cfg.Logger.Warn("status not written", "intent", req.Key, "err", err)
+				}
+			}
 			if err := v.cmds.Unsubscribe(ctx, cur.id); err != nil && !errors.Is(err, capabilities.ErrSubscriptionNotFound) {
 				// The unsubscribe reached nobody (a silent media server): back with the same session,
 				// it would still have the subscription, and forgotten now it would stay there for
@@ -383,6 +393,18 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		// (a new publisher took it over): the media server has ended this subscription. Or the intent
 		// now names another source, stream or variant: this one is not wanted any more. End it, and
 		// subscribe (again) when the variant wanted is READY.
+		// The status says so first: the subscription may be gone already (a restarted media server,
+		// a source reconnected), and an unsubscribe (or the subscribe after it) that a slow media
+		// server takes its time over would leave "active" standing for it meanwhile. It still names
+		// the subscription, which this viewer, restarted with the same worker id, ends.
+		ending := status
+		ending.State, ending.SubscriptionID, ending.VariantID = reconciler.StatePending, cur.id, cur.variantID
+		ending.Message = "ending subscription " + cur.id
+		if !v.lastSaysEnding(req.Key, cur.id) { // a retry: the status says so already
+			if err := v.status(ctx, req.Key, ending); err != nil {
+				v.cfg.Logger.Warn("status not written", "intent", req.Key, "err", err)
+			}
+		}
 		err := v.cmds.Unsubscribe(ctx, cur.id)
 		switch {
 		case err == nil || errors.Is(err, capabilities.ErrSubscriptionNotFound):
@@ -424,6 +446,16 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		status.State, status.Message = reconciler.StatePending, "waiting for "+wanted+" to be READY"
 		return reconciler.Result{}, v.status(ctx, req.Key, status)
 	}
+	if v.lastNamesSubscription(req.Key) {
+		// The status names a subscription that is gone (ended above, or an earlier process's): until
+		// the subscribe is answered, which a slow media server takes its time over (or never, in
+		// time), it would go on saying so.
+		subscribing := status
+		subscribing.State, subscribing.Message = reconciler.StatePending, "subscribing on session "+src.SessionID
+		if err := v.status(ctx, req.Key, subscribing); err != nil {
+			v.cfg.Logger.Warn("status not written", "intent", req.Key, "err", err)
+		}
+	}
 	rep, err := v.cmds.SubscribeOrUndo(ctx, capabilities.SubscribeRequest{SessionID: src.SessionID, StreamID: stream.StreamID, VariantID: in.VariantID}, internal.UndoFailed(v.cfg.Logger))
 	if errors.Is(err, capabilities.ErrVariantNotReady) || errors.Is(err, capabilities.ErrSourceUnavailable) {
 		v.tracker.Refresh() // the snapshot said otherwise: it may be behind (an announcement lost)
@@ -457,11 +489,29 @@ func (v *Viewer) lastSig(intentKey string) string {
 	return v.lastStatus[intentKey].sig
 }
 
+// lastNamesSubscription reports whether the last status written of the intent (or an earlier
+// process's, taken as it) names a subscription.
+func (v *Viewer) lastNamesSubscription(intentKey string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	parts := strings.SplitN(v.lastStatus[intentKey].sig, "|", 3)
+	return len(parts) > 1 && parts[1] != ""
+}
+
+// lastSaysEnding reports whether the last status written of the intent says pending while it names
+// subscription id: that it is being ended (a retry of an unanswered unsubscribe says so already).
+func (v *Viewer) lastSaysEnding(intentKey, id string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return strings.HasPrefix(v.lastStatus[intentKey].sig, string(reconciler.StatePending)+"|"+id+"|")
+}
+
 func (m statusMemo) stopped() bool {
 	return strings.HasPrefix(m.sig, string(reconciler.StateStopped)+"|")
 }
 
-// sigOf is what a status says, without when: a rewrite that says the same is skipped.
+// sigOf is what a status says, without when: a rewrite that says the same is skipped. Its second
+// field is the subscription id (lastNamesSubscription reads it).
 func sigOf(st reconciler.ObservedStatus) string {
 	return string(st.State) + "|" + st.SubscriptionID + "|" + st.Message
 }
