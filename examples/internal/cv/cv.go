@@ -576,7 +576,7 @@ func variantFor(st capabilities.Stream, variantID string) (capabilities.Variant,
 // the lease stops at once (the next reconcile unsubscribes and lets the lease go). Each detection
 // checks Held first: a worker that wakes from a stall longer than its lease (SIGSTOP, a frozen VM)
 // finds a tick waiting, and the renewal loop, woken at the same moment, may not have closed Lost
-// yet; Held already reads false, on the monotonic clock that ran on through the stall.
+// yet; Held already reads false, on the lease's clock, which ran on through the stall.
 func (c *Worker) emit(ctx context.Context, l *lease.Lease, key, source, model string) {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.EventEvery)
