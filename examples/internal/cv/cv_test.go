@@ -11,13 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/keeppeek/coordination/capabilities"
 	"github.com/keeppeek/coordination/capabilities/sim"
 	"github.com/keeppeek/coordination/coordinator"
 	"github.com/keeppeek/coordination/examples/internal/cv"
 	"github.com/keeppeek/coordination/examples/internal/simtest"
+	"github.com/keeppeek/coordination/internal/e2e"
 	"github.com/keeppeek/coordination/lease"
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
@@ -189,7 +188,7 @@ func TestMain(m *testing.M) {
 	if url := os.Getenv(stallHelperEnv); url != "" {
 		os.Exit(runStallHelper(url))
 	}
-	goleak.VerifyTestMain(m)
+	e2e.Main(m) // the tests, then the removal of the stated binary it built, then goleak
 }
 
 // twoStreams starts a source with two video streams, video and cam2, and variant READY on both.
