@@ -202,8 +202,16 @@ func (c *Worker) end(ctx context.Context, key string, j *job, why string) {
 			ended = false
 		}
 	}
-	if ended && j.lease.Held() { // the status is the lease holder's to write
+	switch {
+	case !j.lease.Held(): // the status is the lease holder's to write
+	case ended:
 		c.report(ctx, key, j, reconciler.ObservedStatus{State: reconciler.StateStopped, Message: why})
+	default:
+		// Not "active" under a worker that has gone: the subscription may still run, and the status
+		// names it for the next holder (or a worker that sees the intent go) to end.
+		c.report(ctx, key, j, reconciler.ObservedStatus{State: reconciler.StatePending, SubscriptionID: j.subscriptionID,
+			VariantID: j.gotVariant, Message: why + ": the media server did not answer the unsubscribe of " + j.subscriptionID +
+				", which may still run"})
 	}
 	c.w.DropLease(j.lease.Key())
 	_ = j.lease.Release(ctx)

@@ -211,7 +211,8 @@ func TestCVKilledPendingHolderThenWithdrawn(t *testing.T) {
 
 // The holder is stopped gracefully while the media server is silent: its unsubscribe reaches nobody,
 // and the media server, back with the same session, still has the subscription. The status went on
-// naming nothing (it said nothing at all), and the standby subscribed beside it.
+// naming nothing (it said nothing at all), and the standby subscribed beside it; then it said
+// "active" for a subscription whose worker had gone: it says pending, naming it.
 func TestCVStoppedWhileTheMediaServerIsSilent(t *testing.T) {
 	f, g, s := publishedBehindAGate(t)
 	opts := func(id string) cv.Config {
@@ -225,8 +226,13 @@ func TestCVStoppedWhileTheMediaServerIsSilent(t *testing.T) {
 	stop1 := simtest.Run(t, w1.Run)
 	f.modelIntent(t, "person-detector")
 	waitFor(t, 10*time.Second, "cv-1 subscribed", func() bool { return len(cvSubs(s)) == 1 })
+	sub := cvSubs(s)[0].ID
 	speak := g.Silence(t, f.Env)
 	stop1()
+	// What cv-1 could not end is named, and not said to run under a worker that has gone.
+	if st := f.cvStatus(t); st.SubscriptionID != sub || st.State != reconciler.StatePending {
+		t.Fatalf("status after a stop the media server did not hear: %+v, want pending naming %s", st, sub)
+	}
 	w2, err := cv.New(opts("cv-2"))
 	if err != nil {
 		t.Fatal(err)
