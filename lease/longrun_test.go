@@ -275,25 +275,7 @@ func TestElectorStopDuringReconnectStorm(t *testing.T) {
 			go func() { done <- e.Run(runCtx) }()
 		}
 		recv(t, started, "a term")
-		halt, storm := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(storm)
-			for j := 0; ; j++ {
-				select {
-				case <-halt:
-					return
-				default:
-				}
-				if cid, err := conns[j%electors].GetClientID(); err == nil {
-					_ = env.NATS.DisconnectClientByID(cid)
-				}
-				select {
-				case <-halt:
-					return
-				case <-time.After(time.Duration(round) * time.Millisecond):
-				}
-			}
-		}()
+		endStorm := natstest.Storm(env.NATS, time.Duration(round)*time.Millisecond, conns...)
 		stop()
 		for range electors {
 			select {
@@ -305,8 +287,7 @@ func TestElectorStopDuringReconnectStorm(t *testing.T) {
 				t.Fatalf("round %d: Run did not return", round)
 			}
 		}
-		close(halt)
-		<-storm
+		endStorm()
 		for len(started) > 0 {
 			<-started
 		}

@@ -199,23 +199,7 @@ func TestWorkerStopDuringReconnectStorm(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- w.Run(ctx) }()
 		<-jobs
-		stop, storm := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(storm)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				natstest.Kick(env.NATS, nc)
-				select {
-				case <-stop:
-					return
-				case <-time.After(time.Duration(i%4) * time.Millisecond):
-				}
-			}
-		}()
+		endStorm := natstest.Storm(env.NATS, time.Duration(i%4)*time.Millisecond, nc)
 		cancel()
 		select {
 		case err := <-done:
@@ -225,8 +209,7 @@ func TestWorkerStopDuringReconnectStorm(t *testing.T) {
 		case <-time.After(8 * time.Second):
 			t.Fatalf("cycle %d: Run did not return within 8 s of its context ending (StopTimeout 300 ms)", i)
 		}
-		close(stop)
-		<-storm
+		endStorm()
 	}
 	pollUntil(t, "goroutines", func() (bool, string) {
 		n := runtime.NumGoroutine()

@@ -33,3 +33,29 @@ func Poll(t testing.TB, timeout time.Duration, what string, cond func() (ok bool
 		time.Sleep(5 * time.Millisecond) // polling what no event announces
 	}
 }
+
+// Storm cuts conns at ns one after another (Kick), round and round with pause between cuts, until
+// the stop it returns is called; stop returns once the cutting has ended.
+func Storm(ns *natsserver.Server, pause time.Duration, conns ...*nats.Conn) (stop func()) {
+	halt, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for j := 0; ; j++ {
+			select {
+			case <-halt:
+				return
+			default:
+			}
+			Kick(ns, conns[j%len(conns)])
+			select {
+			case <-halt:
+				return
+			case <-time.After(pause):
+			}
+		}
+	}()
+	return func() {
+		close(halt)
+		<-done
+	}
+}

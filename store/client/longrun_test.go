@@ -49,6 +49,41 @@ func noMoreGoroutinesThan(t *testing.T, what string, n int) {
 	})
 }
 
+// startWithBaseline starts a model server and a long-run client of it, and returns them with the
+// test's context and the baseline backToBaseline checks against: the goroutines running and the
+// client's subscriptions once its reply subscription is made.
+func startWithBaseline(t *testing.T) (m *modelServer, c *Client, ctx context.Context, goroutines, subs int) {
+	t.Helper()
+	m = startModelServer(t)
+	c = longRunClient(t, m, longRunRequestTimeout)
+	ctx = ctxT(t)
+	if _, err := c.Info(ctx); err != nil { // the connection's reply subscription is made now
+		t.Fatal(err)
+	}
+	runtime.GC()
+	return m, c, ctx, runtime.NumGoroutine(), c.Conn().NumSubscriptions()
+}
+
+// backToBaseline waits until c's connection holds subs subscriptions, the store watches of alice's
+// are down to watches and at most goroutines+2 goroutines run, and then checks that no watch id of c
+// is marked in flight: what a client leaves behind when, at the end of a test's cycles, it is back
+// where it started.
+func backToBaseline(t *testing.T, m *modelServer, c *Client, subs, watches, goroutines int, when string) {
+	t.Helper()
+	eventually(t, "subscriptions "+when, func() (bool, string) {
+		n := c.Conn().NumSubscriptions()
+		return n == subs, fmt.Sprintf("%d subscriptions (baseline %d)", n, subs)
+	})
+	eventually(t, "live watches "+when, func() (bool, string) {
+		n := m.liveWatchesOf(alice.ID)
+		return n == watches, fmt.Sprintf("%d live watches %v", n, m.store().LiveWatches())
+	})
+	if n := watchMarks(c); n != 0 {
+		t.Errorf("%s: %d watch ids still marked in flight", when, n)
+	}
+	noMoreGoroutinesThan(t, "goroutines "+when, goroutines+2)
+}
+
 // watchMarks is how many watch ids have a watch request marked in flight on c.
 func watchMarks(c *Client) int {
 	c.watchMu.Lock()
@@ -236,18 +271,7 @@ func TestCacheCyclesLeaveNothingBehind(t *testing.T) {
 		t.Error("the cache is not following after the cycles")
 	}
 
-	eventually(t, "subscriptions", func() (bool, string) {
-		n := c.Conn().NumSubscriptions()
-		return n == subs, fmt.Sprintf("%d subscriptions (baseline %d)", n, subs)
-	})
-	eventually(t, "live watches", func() (bool, string) {
-		n := m.liveWatchesOf(alice.ID)
-		return n == 1, fmt.Sprintf("%d live watches", n)
-	})
-	if n := watchMarks(c); n != 0 {
-		t.Errorf("%d watch ids still marked in flight", n)
-	}
-	noMoreGoroutinesThan(t, "goroutines after the cycles", goroutines+2)
+	backToBaseline(t, m, c, subs, 1, goroutines, "after the cycles")
 	k.mu.RLock()
 	entries := len(k.entries)
 	k.mu.RUnlock()
@@ -259,15 +283,7 @@ func TestCacheCyclesLeaveNothingBehind(t *testing.T) {
 // Raw watches started and stopped hundreds of times, a third of them given up before their reply
 // and a third closed by the server first, leave no subscription, mark, live watch or goroutine behind.
 func TestWatchCyclesLeaveNothingBehind(t *testing.T) {
-	m := startModelServer(t)
-	c := longRunClient(t, m, longRunRequestTimeout)
-	ctx := ctxT(t)
-	if _, err := c.Info(ctx); err != nil { // the connection's reply subscription is made now
-		t.Fatal(err)
-	}
-	runtime.GC()
-	goroutines := runtime.NumGoroutine()
-	subs := c.Conn().NumSubscriptions()
+	m, c, ctx, goroutines, subs := startWithBaseline(t)
 
 	for i := range longRunCycles {
 		id := fmt.Sprintf("w%d", i%3)
@@ -339,56 +355,22 @@ func TestWatchCyclesLeaveNothingBehind(t *testing.T) {
 		n := watchMarks(c)
 		return n == 0, fmt.Sprintf("%d watch ids marked in flight", n)
 	})
-	eventually(t, "subscriptions", func() (bool, string) {
-		n := c.Conn().NumSubscriptions()
-		return n == subs, fmt.Sprintf("%d subscriptions (baseline %d)", n, subs)
-	})
-	eventually(t, "live watches", func() (bool, string) {
-		n := m.liveWatchesOf(alice.ID)
-		return n == 0, fmt.Sprintf("%d live watches %v", n, m.store().LiveWatches())
-	})
-	noMoreGoroutinesThan(t, "goroutines after the cycles", goroutines+2)
+	backToBaseline(t, m, c, subs, 0, goroutines, "after the cycles")
 }
 
 // A cache closed while its connection is being cut again and again stops its goroutine and leaves
 // no subscription behind; the server's watch is unwatched, or Close says it may not be.
 func TestCacheCloseDuringReconnectStorm(t *testing.T) {
-	m := startModelServer(t)
-	c := longRunClient(t, m, longRunRequestTimeout)
-	ctx := ctxT(t)
-	if _, err := c.Info(ctx); err != nil { // the connection's reply subscription is made now
-		t.Fatal(err)
-	}
-	runtime.GC()
-	goroutines := runtime.NumGoroutine()
-	subs := c.Conn().NumSubscriptions()
+	m, c, ctx, goroutines, subs := startWithBaseline(t)
 	for i := range 20 {
 		k, err := c.NewCache(ctx, CacheOptions{Namespace: "user/alice", KeyPrefix: "s/", WatchID: "storm",
 			ResyncBackoff: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
-		stop := make(chan struct{})
-		storm := make(chan struct{})
-		go func() {
-			defer close(storm)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				m.disconnect(c.Conn())
-				select {
-				case <-stop:
-					return
-				case <-time.After(time.Duration(i%5) * time.Millisecond):
-				}
-			}
-		}()
+		endStorm := natstest.Storm(m.ns, time.Duration(i%5)*time.Millisecond, c.Conn())
 		closeErr := k.Close()
-		close(stop)
-		<-storm
+		endStorm()
 		select {
 		case <-k.Done():
 		default:
@@ -410,18 +392,7 @@ func TestCacheCloseDuringReconnectStorm(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, "subscriptions", func() (bool, string) {
-		n := c.Conn().NumSubscriptions()
-		return n == subs, fmt.Sprintf("%d subscriptions (baseline %d)", n, subs)
-	})
-	eventually(t, "live watches", func() (bool, string) {
-		n := m.liveWatchesOf(alice.ID)
-		return n == 0, fmt.Sprintf("%d live watches", n)
-	})
-	if n := watchMarks(c); n != 0 {
-		t.Errorf("%d watch ids still marked in flight", n)
-	}
-	noMoreGoroutinesThan(t, "goroutines after the closes", goroutines+2)
+	backToBaseline(t, m, c, subs, 0, goroutines, "after the closes")
 }
 
 // A cache whose NATS server (and with it every connection) goes away and comes back, again and

@@ -23,6 +23,27 @@ func (f *fixture) originalIntent(t *testing.T) {
 	}
 }
 
+// awaitActive waits until one CV subscription runs and the status says active, and returns the
+// subscription's id.
+func (f *fixture) awaitActive(t *testing.T) string {
+	t.Helper()
+	waitFor(t, 10*time.Second, "cv active", func() bool {
+		return len(cvSubs(f.Sim)) == 1 && f.cvStatus(t).State == reconciler.StateActive
+	})
+	return cvSubs(f.Sim)[0].ID
+}
+
+// awaitSettled waits, for at most d, until the media server has no command waiting, exactly one CV
+// subscription runs, and the status names it active.
+func (f *fixture) awaitSettled(t *testing.T, d time.Duration) {
+	t.Helper()
+	waitFor(t, d, "settled on one subscription", func() bool {
+		st := f.cvStatus(t)
+		subs := cvSubs(f.Sim)
+		return f.Sim.Pending() == 0 && len(subs) == 1 && st.State == reconciler.StateActive && st.SubscriptionID == subs[0].ID
+	})
+}
+
 // A media server restarted (its subscriptions gone) that answers slowly, within the command
 // timeout: while the worker ends the old subscription and makes a new one, its status does not say
 // the old one is active: the media server no longer has it.
@@ -30,10 +51,7 @@ func TestCVStatusWhileResubscribingOnASlowRestartedMediaServer(t *testing.T) {
 	f := setup(t)
 	f.cvWorker(t, "cv-1")
 	f.originalIntent(t)
-	waitFor(t, 10*time.Second, "cv active", func() bool {
-		return len(cvSubs(f.Sim)) == 1 && f.cvStatus(t).State == reconciler.StateActive
-	})
-	old := cvSubs(f.Sim)[0].ID
+	old := f.awaitActive(t)
 	s := simtest.RestartSlow(t, f.Env, sim.Sources(src), 2*time.Second)
 	waitFor(t, 10*time.Second, "the old subscription's unsubscribe answered, the new subscribe under way", func() bool {
 		return simtest.CountCommands(s, "cv", "unsubscribe") >= 1 && s.Pending() > 0
@@ -54,10 +72,7 @@ func TestCVStatusOnARestartedMediaServerAnsweringLate(t *testing.T) {
 	f := setup(t)
 	f.cvWorker(t, "cv-1")
 	f.originalIntent(t)
-	waitFor(t, 10*time.Second, "cv active", func() bool {
-		return len(cvSubs(f.Sim)) == 1 && f.cvStatus(t).State == reconciler.StateActive
-	})
-	old := cvSubs(f.Sim)[0].ID
+	old := f.awaitActive(t)
 	s := simtest.RestartSlow(t, f.Env, sim.Sources(src), capabilities.DefaultRequestTimeout+2*time.Second)
 	waitFor(t, 10*time.Second, "a command under way", func() bool { return s.Pending() > 0 })
 	waitFor(t, capabilities.DefaultRequestTimeout+3*time.Second, "the status no longer names the gone subscription active", func() bool {
@@ -65,11 +80,7 @@ func TestCVStatusOnARestartedMediaServerAnsweringLate(t *testing.T) {
 		return !(st.State == reconciler.StateActive && st.SubscriptionID == old)
 	})
 	s.SetCommandDelay(0)
-	waitFor(t, 30*time.Second, "settled on one subscription", func() bool {
-		st := f.cvStatus(t)
-		subs := cvSubs(s)
-		return s.Pending() == 0 && len(subs) == 1 && st.State == reconciler.StateActive && st.SubscriptionID == subs[0].ID
-	})
+	f.awaitSettled(t, 30*time.Second)
 }
 
 // The media server restarts while the worker's subscribe waits in its queue: the restart drops it
@@ -82,12 +93,8 @@ func TestCVMediaServerRestartedMidSubscribe(t *testing.T) {
 	f.Sim.SetCommandDelay(time.Minute)
 	f.originalIntent(t)
 	waitFor(t, 10*time.Second, "the subscribe under way", func() bool { return f.Sim.Pending() > 0 })
-	s := simtest.ReplaceSim(t, f.Env, sim.Sources(src), nil)
-	waitFor(t, 30*time.Second, "settled on one subscription", func() bool {
-		st := f.cvStatus(t)
-		subs := cvSubs(s)
-		return s.Pending() == 0 && len(subs) == 1 && st.State == reconciler.StateActive && st.SubscriptionID == subs[0].ID
-	})
+	simtest.ReplaceSim(t, f.Env, sim.Sources(src), nil)
+	f.awaitSettled(t, 30*time.Second)
 }
 
 // The media server restarts while the unsubscribe of a withdrawn intent waits in its queue: the
@@ -97,9 +104,7 @@ func TestCVMediaServerRestartedMidUnsubscribe(t *testing.T) {
 	f := setup(t)
 	ev := f.cvWorker(t, "cv-1")
 	f.originalIntent(t)
-	waitFor(t, 10*time.Second, "cv active", func() bool {
-		return len(cvSubs(f.Sim)) == 1 && f.cvStatus(t).State == reconciler.StateActive
-	})
+	f.awaitActive(t)
 	f.Sim.SetCommandDelay(time.Minute)
 	if _, err := f.Coord.SetDesired(t.Context(), cvNS, intent, false); err != nil {
 		t.Fatal(err)

@@ -17,9 +17,7 @@ func TestCVVariantWithdrawnAndBackWithOtherParameters(t *testing.T) {
 	f.publish(t)
 	f.cvWorker(t, "cv-1")
 	f.modelIntent(t, "person-detector")
-	waitFor(t, 10*time.Second, "cv active", func() bool {
-		return len(cvSubs(f.Sim)) == 1 && f.cvStatus(t).State == reconciler.StateActive
-	})
+	f.awaitActive(t)
 	pubs := f.Sim.Publications()
 	if len(pubs) != 1 {
 		t.Fatalf("publications %+v", pubs)
@@ -43,11 +41,7 @@ func TestCVVariantWithdrawnAndBackWithOtherParameters(t *testing.T) {
 	if err := f.Sim.Announce(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "settled on one subscription", func() bool {
-		st := f.cvStatus(t)
-		subs := cvSubs(f.Sim)
-		return f.Sim.Pending() == 0 && len(subs) == 1 && st.State == reconciler.StateActive && st.SubscriptionID == subs[0].ID
-	})
+	f.awaitSettled(t, 20*time.Second)
 }
 
 // The source goes offline and comes back (a new session) on a slow media server: the status says
@@ -56,9 +50,7 @@ func TestCVSourceOfflineAndBackOnASlowMediaServer(t *testing.T) {
 	f := setup(t)
 	f.cvWorker(t, "cv-1")
 	f.originalIntent(t)
-	waitFor(t, 10*time.Second, "cv active", func() bool {
-		return len(cvSubs(f.Sim)) == 1 && f.cvStatus(t).State == reconciler.StateActive
-	})
+	f.awaitActive(t)
 	f.Sim.SetCommandDelay(1500 * time.Millisecond)
 	if err := f.Sim.SetOnline(src, false); err != nil {
 		t.Fatal(err)
@@ -67,9 +59,5 @@ func TestCVSourceOfflineAndBackOnASlowMediaServer(t *testing.T) {
 	if err := f.Sim.SetOnline(src, true); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "settled on one subscription", func() bool {
-		st := f.cvStatus(t)
-		subs := cvSubs(f.Sim)
-		return f.Sim.Pending() == 0 && len(subs) == 1 && st.State == reconciler.StateActive && st.SubscriptionID == subs[0].ID
-	})
+	f.awaitSettled(t, 20*time.Second)
 }

@@ -25,6 +25,17 @@ func (f *fixture) wantOriginal(t *testing.T) (key, subID string) {
 	return key, f.viewerSubs()[0].ID
 }
 
+// awaitSettled waits, for at most d, until the media server has no command waiting, exactly one of
+// the viewer's subscriptions runs, and the status of the intent key names it active.
+func (f *fixture) awaitSettled(t *testing.T, key string, d time.Duration) {
+	t.Helper()
+	simtest.WaitFor(t, d, "settled on one subscription", func() bool {
+		st := f.status(t, key)
+		subs := f.viewerSubs()
+		return f.Sim.Pending() == 0 && len(subs) == 1 && st.State == reconciler.StateActive && st.SubscriptionID == subs[0].ID
+	})
+}
+
 // A media server restarted (its subscriptions gone) that answers slowly, within the command
 // timeout: while the viewer ends the old subscription and makes a new one, its status does not say
 // the old one is active: the media server no longer has it.
@@ -60,11 +71,7 @@ func TestViewerStatusOnARestartedMediaServerAnsweringLate(t *testing.T) {
 		return !(st.State == reconciler.StateActive && st.SubscriptionID == old)
 	})
 	s.SetCommandDelay(0)
-	simtest.WaitFor(t, 30*time.Second, "settled on one subscription", func() bool {
-		st := f.status(t, key)
-		subs := f.viewerSubs()
-		return s.Pending() == 0 && len(subs) == 1 && st.State == reconciler.StateActive && st.SubscriptionID == subs[0].ID
-	})
+	f.awaitSettled(t, key, 30*time.Second)
 }
 
 // The media server restarts while the viewer's subscribe waits in its queue: the restart drops it
@@ -80,12 +87,8 @@ func TestViewerMediaServerRestartedMidSubscribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	simtest.WaitFor(t, 10*time.Second, "the subscribe under way", func() bool { return f.Sim.Pending() > 0 })
-	s := simtest.ReplaceSim(t, f.Env, sim.Sources(src), nil)
-	simtest.WaitFor(t, 30*time.Second, "settled on one subscription", func() bool {
-		st := f.status(t, key)
-		subs := f.viewerSubs()
-		return s.Pending() == 0 && len(subs) == 1 && st.State == reconciler.StateActive && st.SubscriptionID == subs[0].ID
-	})
+	simtest.ReplaceSim(t, f.Env, sim.Sources(src), nil)
+	f.awaitSettled(t, key, 30*time.Second)
 }
 
 // The media server restarts while the unsubscribe of a withdrawn intent waits in its queue: the

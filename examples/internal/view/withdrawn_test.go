@@ -46,11 +46,7 @@ func TestViewerVariantWithdrawnAndBackWithOtherParameters(t *testing.T) {
 	if err := f.Sim.Announce(); err != nil {
 		t.Fatal(err)
 	}
-	simtest.WaitFor(t, 20*time.Second, "settled on one subscription", func() bool {
-		st := f.status(t, key)
-		subs := f.viewerSubs()
-		return f.Sim.Pending() == 0 && len(subs) == 1 && st.State == reconciler.StateActive && st.SubscriptionID == subs[0].ID
-	})
+	f.awaitSettled(t, key, 20*time.Second)
 }
 
 // The source goes offline and comes back (a new session) on a slow media server: the status says
@@ -67,9 +63,5 @@ func TestViewerSourceOfflineAndBackOnASlowMediaServer(t *testing.T) {
 	if err := f.Sim.SetOnline(src, true); err != nil {
 		t.Fatal(err)
 	}
-	simtest.WaitFor(t, 20*time.Second, "settled on one subscription", func() bool {
-		st := f.status(t, key)
-		subs := f.viewerSubs()
-		return f.Sim.Pending() == 0 && len(subs) == 1 && st.State == reconciler.StateActive && st.SubscriptionID == subs[0].ID
-	})
+	f.awaitSettled(t, key, 20*time.Second)
 }
