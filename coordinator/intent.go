@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"sync"
 
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/schema"
@@ -53,6 +54,30 @@ func SubscribeIntent(sourceID, mediaKind string) MediaIntent {
 // (before its schema is looked at), while here it is SCHEMA_INVALID if it also breaks the schema and
 // passes otherwise. Parameters entries that are nil are left out, as a write leaves them out.
 func (c *Coordinator) ValidateIntent(namespace string, in MediaIntent) error {
+	return validateIntent(c.reg, namespace, in)
+}
+
+// CheckIntent checks in, before anything is sent or even connected, as PutIntent checks it at
+// namespace/key: the namespace and the key, then ValidateIntent's rules, with a schema registry
+// compiled once per process. It is for a program that refuses a bad intent as bad usage before it
+// connects (a command line); the errors are PutIntent's.
+func CheckIntent(namespace, key string, in MediaIntent) error {
+	if err := checkTarget(namespace, key); err != nil {
+		return err
+	}
+	reg, err := defaultRegistry()
+	if err != nil {
+		return err
+	}
+	in.Parameters = withoutNulls(in.Parameters)
+	return validateIntent(reg, namespace, in)
+}
+
+// defaultRegistry is CheckIntent's registry, compiled at its first call.
+var defaultRegistry = sync.OnceValues(schema.New)
+
+// validateIntent is ValidateIntent with reg.
+func validateIntent(reg *schema.Registry, namespace string, in MediaIntent) error {
 	if !wire.ValidNamespace(namespace) {
 		return wire.Errorf(wire.CodeInvalidArgument, "invalid namespace %q", namespace)
 	}
@@ -63,7 +88,7 @@ func (c *Coordinator) ValidateIntent(namespace string, in MediaIntent) error {
 	if err != nil {
 		return err
 	}
-	return c.reg.Validate(schema.MediaIntentV1, namespace, doc)
+	return reg.Validate(schema.MediaIntentV1, namespace, doc)
 }
 
 // PutIntent writes in as the intent at namespace/key: it creates the entry when the key is missing

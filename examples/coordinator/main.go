@@ -109,7 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if key != "" {
-		if err := internal.CheckIntent(ns, key, intent); err != nil {
+		if err := coordinator.CheckIntent(ns, key, intent); err != nil {
 			return badUsage(err)
 		}
 	}

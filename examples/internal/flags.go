@@ -4,21 +4,18 @@ package internal
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/keeppeek/coordination/internal/natsurl"
 	"github.com/keeppeek/coordination/store/client"
-	"github.com/keeppeek/coordination/store/schema"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -152,36 +149,6 @@ func CheckConnFlags(conn Conn) {
 	if err := conn.Check(); err != nil {
 		UsageError("%v", err)
 	}
-}
-
-var (
-	registryOnce sync.Once
-	registry     *schema.Registry
-	registryErr  error
-)
-
-// CheckIntent checks, locally and before anything connects, that in may be written at namespace/key
-// as the store would check it (namespace, key, keeppeek.media-intent.v1): a command whose flags make
-// an intent the store refuses is bad usage, not a failure at run time.
-func CheckIntent(namespace, key string, in wire.MediaIntent) error {
-	if !wire.ValidNamespace(namespace) {
-		return fmt.Errorf("namespace %q is not a namespace (service/<id>, user/<id>, group/<id>)", namespace)
-	}
-	if !wire.ValidKey(key) {
-		return fmt.Errorf("key %q is not a key (segments of [A-Za-z0-9._-], at most %d bytes)", key, wire.MaxKeyLen)
-	}
-	registryOnce.Do(func() { registry, registryErr = schema.New() })
-	if registryErr != nil {
-		return registryErr
-	}
-	doc, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	if err := registry.Validate(schema.MediaIntentV1, namespace, doc); err != nil {
-		return fmt.Errorf("the intent would be refused: %v", err)
-	}
-	return nil
 }
 
 // Dial connects as the principal with the inbox prefix its permissions allow.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/keeppeek/coordination/coordinator"
 	"github.com/keeppeek/coordination/examples/internal"
 	"github.com/keeppeek/coordination/examples/internal/view"
 	"github.com/keeppeek/coordination/store/wire"
@@ -76,7 +77,7 @@ func checkWant(user, source, kind, variant string) error {
 	case !wire.ValidIdentifier(variant):
 		return fmt.Errorf("--variant %q is not a variant id ([A-Za-z0-9._-], at most %d bytes)", variant, wire.MaxIdentifierLen)
 	}
-	return internal.CheckIntent("user/"+user, "intents/"+source+"-"+kind+"-"+variant, // the key of view.Want
+	return coordinator.CheckIntent("user/"+user, "intents/"+source+"-"+kind+"-"+variant, // the key of view.Want
 		wire.MediaIntent{Role: wire.RoleSubscribe, Desired: true, SourceID: source, MediaKind: kind, VariantID: variant})
 }
 
