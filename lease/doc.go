@@ -34,9 +34,12 @@
 // holder's clock counts a suspend of its machine (on Linux it is CLOCK_BOOTTIME; Go's monotonic clock
 // stands still through a suspend): a holder resumed after sleeping past its lease's validity finds
 // Held false and Guard void at once, and its renewal loop ends the lease (ErrLost) when it next wakes,
-// within RenewEvery, instead of renewing. What the safety margin cannot cover is the store's wall
-// clock stepped forward (an NTP step, a resumed VM), which expires entries early: Held, and an
-// Elector's job, may then go on after the store expired the entry and a standby claimed it, until the
-// holder's next renewal (due within RenewEvery) is refused. The store's guard still refuses every
-// write of the former holder (Put, Delete, SaveOffset); work it does outside the store is not fenced.
+// within RenewEvery, instead of renewing. The store times deadlines the same way (the wall clock read
+// when it opened, advanced by its CLOCK_BOOTTIME), so a step of the state server's wall clock (an NTP
+// step, an operator's date) expires no lease early. What the safety margin cannot cover is such a
+// step between a stop of the state server and its next start, which reads the wall clock again: a
+// lease whose deadline the step passed is expired at that start, and Held, and an Elector's job, may
+// go on until the holder's next renewal (due within RenewEvery) is refused. The store's guard still
+// refuses every write of the former holder (Put, Delete, SaveOffset); work it does outside the store is
+// not fenced.
 package lease

@@ -187,9 +187,10 @@ func (s *Store) arm() time.Duration {
 	}
 	s.armedAtMs = d.atMs
 	wait := s.untilMs(d.atMs) + time.Millisecond // expiry is inclusive: at atMs the entry is already gone
-	// Deadlines are wall-clock milliseconds, the timer counts elapsed time: looking at the clock again
-	// every expiryPoll bounds what a wall clock stepped forward (a VM resumed, an NTP step) adds to
-	// an expiry, as etcd's lessor does with its 500 ms check.
+	// Deadlines are times of the store's clock, which counts a suspend of the machine (CLOCK_BOOTTIME),
+	// while the timer counts Go's monotonic time, which does not: looking at the clock again every
+	// expiryPoll bounds what a suspend (or an injected clock that jumps) adds to an expiry, as etcd's
+	// lessor does with its 500 ms check.
 	wait = min(wait, expiryPoll)
 	if s.commitFailed {
 		// The disk refused the last commit: expiries are retried, but not in a loop that spins
@@ -200,7 +201,7 @@ func (s *Store) arm() time.Duration {
 }
 
 // expiryPoll is the longest the committer waits, while a lease deadline is pending, before it reads
-// the wall clock again.
+// the store's clock again.
 const expiryPoll = 500 * time.Millisecond
 
 // commitRetryDelay spaces the committer's retries of due expiries while commits fail.

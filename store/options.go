@@ -20,7 +20,9 @@ type Options struct {
 	Version string
 	// Logger receives the engine's logs. Default: slog.Default().
 	Logger *slog.Logger
-	// Clock gives the time used for timestamps and lease deadlines. Default: time.Now.
+	// Clock gives the time used for timestamps and lease deadlines. Default: the wall clock as read
+	// at Open, advanced from then on by CLOCK_BOOTTIME (see anchoredClock): a wall clock stepped while
+	// the store runs moves neither its deadlines nor its stamps.
 	Clock func() time.Time
 	// Settings maps a namespace to the backend that holds its entries instead of the database
 	// (settings-backed namespaces, SPEC section 6). Default: none.
@@ -96,7 +98,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.Logger = slog.Default()
 	}
 	if o.Clock == nil {
-		o.Clock = time.Now
+		o.Clock = defaultClock()
 	}
 	if o.AuditRetention == 0 {
 		o.AuditRetention = d.AuditRetention

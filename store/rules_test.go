@@ -231,11 +231,12 @@ func TestExpireByTestClock(t *testing.T) {
 	}
 }
 
-// TestExpiryAfterWallClockStep: lease deadlines are wall-clock milliseconds, while the committer's
-// timer waits in elapsed time. A wall clock stepped past a deadline (a VM resumed, an NTP step) must
-// not leave the entry live until the timer armed before the step ends: the committer looks at the
-// clock again at least every expiryPoll, so the EXPIRE comes with nothing else waking it.
-func TestExpiryAfterWallClockStep(t *testing.T) {
+// TestExpiryAfterClockJump: lease deadlines are times of the store's clock, while the committer's
+// timer waits in Go's monotonic time. A store clock that jumps past a deadline (the default clock
+// across a suspend of the machine, which it counts and the timer does not; an injected clock) must not
+// leave the entry live until the timer armed before the jump ends: the committer looks at the clock
+// again at least every expiryPoll, so the EXPIRE comes with nothing else waking it.
+func TestExpiryAfterClockJump(t *testing.T) {
 	opts, clk := withClock(DefaultOptions())
 	s, _ := openT(t, opts)
 	const ns = "service/tx"
@@ -261,7 +262,7 @@ func TestExpiryAfterWallClockStep(t *testing.T) {
 	clk.advance(2 * time.Hour) // no poke, no write: only the committer's own timer can notice
 	m := recv(t, ch)
 	if m.Event == nil || m.Event.Kind != wire.UpdateExpire || m.Event.Key != "leases/a" || m.Event.Revision != e.Revision+1 {
-		t.Fatalf("update after the clock stepped past the deadline %+v", m)
+		t.Fatalf("update after the clock jumped past the deadline %+v", m)
 	}
 }
 
