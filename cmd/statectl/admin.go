@@ -89,7 +89,8 @@ func (a *app) cmdBackup(ctx context.Context, cmd *command, args []string) error 
 		return err
 	}
 	file := pos[0]
-	if err := checkBackupFile(file); err != nil {
+	dest, err := backupDestination(file)
+	if err != nil {
 		return err
 	}
 	cn, err := a.connect()
@@ -108,8 +109,8 @@ func (a *app) cmdBackup(ctx context.Context, cmd *command, args []string) error 
 		}
 	}()
 	a.setLeftBehind(fmt.Sprintf("a temporary file .%s.tmp-* may be left beside %s, and the server discards backup %s only after its idle timeout",
-		filepath.Base(file), file, open.BackupID))
-	if err := a.download(ctx, cn, open, file); err != nil {
+		filepath.Base(dest), dest, open.BackupID))
+	if err := a.download(ctx, cn, open, dest); err != nil {
 		return err
 	}
 	if a.g.json {
@@ -119,19 +120,52 @@ func (a *app) cmdBackup(ctx context.Context, cmd *command, args []string) error 
 	return err
 }
 
-// checkBackupFile refuses, before anything is downloaded, a FILE the backup could not be renamed to:
-// empty, a directory, or in a directory that does not exist. An existing file is replaced.
-func checkBackupFile(file string) error {
+// backupDestination returns the path the backup is renamed to, refusing, before anything is
+// downloaded, a FILE it could not or must not be renamed over: empty or "-" (usage), a directory, in
+// a directory that does not exist, or an existing file that is not a regular file (a device, a FIFO,
+// a socket: `backup /dev/stdout` run as root would replace the device's node). An existing regular
+// file is replaced; a symbolic link is followed, and the regular file it points to is replaced (the
+// link stays), as cp writes through one.
+func backupDestination(file string) (string, error) {
 	if file == "" {
-		return usageErrorf("backup: FILE is empty")
+		return "", usageErrorf("backup: FILE is empty")
 	}
-	if fi, err := os.Stat(file); err == nil && fi.IsDir() {
-		return fmt.Errorf("backup: %s is a directory; name a file", file)
+	if file == "-" {
+		return "", usageErrorf("backup: FILE is -: the backup is written to a file (atomically, by a rename), not to stdout; name a file")
 	}
-	if fi, err := os.Stat(filepath.Dir(file)); err != nil || !fi.IsDir() {
-		return fmt.Errorf("backup: the directory of %s does not exist", file)
+	dest := file
+	fi, err := os.Lstat(file)
+	if err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		if dest, err = filepath.EvalSymlinks(file); err != nil {
+			return "", fmt.Errorf("backup: %s is a symbolic link that does not lead to a file: %v", file, err)
+		}
+		fi, err = os.Lstat(dest)
 	}
-	return nil
+	switch {
+	case err == nil && fi.IsDir():
+		return "", fmt.Errorf("backup: %s is a directory; name a file", file)
+	case err == nil && !fi.Mode().IsRegular():
+		return "", fmt.Errorf("backup: %s is %s, not a regular file: the backup would replace it; name a file", file, fileKind(fi.Mode()))
+	}
+	if fi, err := os.Stat(filepath.Dir(dest)); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("backup: the directory of %s does not exist", dest)
+	}
+	return dest, nil
+}
+
+// fileKind names the type of a file that is neither regular nor a directory.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return "a special file"
 }
 
 // download reads the opened backup chunk by chunk into a temporary file beside file, checks its size
@@ -227,7 +261,7 @@ func (a *app) cmdAudit(ctx context.Context, cmd *command, args []string) error {
 		return err
 	}
 	if rep.Problem != "" || rep.BrokenSeq != 0 {
-		return &cliError{code: exitFailure, label: "AUDIT_BROKEN", err: fmt.Errorf("the audit chain is broken at seq %d: %s", rep.BrokenSeq, rep.Problem)}
+		return &cliError{code: exitFailure, label: "AUDIT_BROKEN", answered: a.g.json, err: fmt.Errorf("the audit chain is broken at seq %d: %s", rep.BrokenSeq, rep.Problem)}
 	}
 	return nil
 }

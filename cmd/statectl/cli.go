@@ -428,6 +428,9 @@ type cliError struct {
 	code  int
 	label string
 	err   error
+	// answered is true when stdout already holds the command's JSON answer, which tells what went
+	// wrong (audit verify's report of a broken chain): --json then prints no error document after it.
+	answered bool
 }
 
 func (e *cliError) Error() string { return e.err.Error() }
@@ -450,7 +453,32 @@ func (a *app) report(err error) int {
 	// a CI job's log keeps.
 	msg = natsurl.RedactIn(msg, a.g.natsURL)
 	fmt.Fprintf(a.stderr, "statectl: %s: %s\n", label, msg)
+	var ce *cliError
+	if a.g.json && !(errors.As(err, &ce) && ce.answered) {
+		// With --json a failure is a JSON document on stdout too, as a success is: a script reads
+		// the code (and a CONFLICT's current_revision) without parsing the line on stderr.
+		_ = writeJSON(a.stdout, wire.Result{OK: false, Error: jsonError(err, label, msg, a.g.natsURL)})
+	}
 	return code
+}
+
+// jsonError is the error object --json prints for err: the server's own when it answered one (its
+// message without the current_revision the field carries), else label and msg.
+func jsonError(err error, label, msg, natsURL string) *wire.Error {
+	var we *wire.Error
+	if errors.As(err, &we) && string(we.Code) == label && error(we) == err {
+		return &wire.Error{Code: we.Code, Message: natsurl.RedactIn(we.Message, natsURL), CurrentRevision: we.CurrentRevision}
+	}
+	out := &wire.Error{Code: wire.Code(label), Message: msg}
+	if errors.As(err, &we) && string(we.Code) == label {
+		out.CurrentRevision = we.CurrentRevision
+		// msg is the wrapping error's text, which ends with the wire error's: keep its message
+		// without the " (current_revision R)" the field carries.
+		if we.CurrentRevision != nil {
+			out.Message = strings.TrimSuffix(msg, fmt.Sprintf(" (current_revision %d)", *we.CurrentRevision))
+		}
+	}
+	return out
 }
 
 // classify maps an error to its exit code, its label (the SPEC code for a server's answer) and its

@@ -24,6 +24,16 @@ func TestParseTTL(t *testing.T) {
 			t.Errorf("parseTTL(%q) = %d, want an error", in, got)
 		}
 	}
+	// A TTL above 24 h is clamped by the server, up to the 2^53-1 ms it takes: past that, and past what
+	// a duration holds, it is out of range (not "neither a duration nor milliseconds" of a duration).
+	if got, err := parseTTL("9007199254740991"); err != nil || got != 1<<53-1 {
+		t.Errorf("parseTTL(2^53-1) = %d, %v", got, err)
+	}
+	for _, in := range []string{"9007199254740992", "9223372036854775807", "99999999999999999999", "3000000h"} {
+		if got, err := parseTTL(in); err == nil || !strings.Contains(err.Error(), "out of range") {
+			t.Errorf("parseTTL(%q) = %d, %v; want an out of range error", in, got, err)
+		}
+	}
 }
 
 func TestParseGuard(t *testing.T) {
@@ -82,6 +92,13 @@ func TestRunUsageInProcess(t *testing.T) {
 		{[]string{"put", "a", "b", "c", "--guard", "nope"}, 2, "", `statectl: USAGE: --guard "nope" is not KEY=REV`},
 		{[]string{"--prefix", "a.*", "info"}, 2, "", `statectl: USAGE: --prefix "a.*" is not a subject prefix`},
 		{[]string{"info", "--nats-url", ""}, 2, "", "statectl: USAGE: --nats-url is empty"},
+		// A flag value the server would refuse whatever the entry is a usage error naming the flag (exit
+		// 2), not the server's INVALID_ARGUMENT (exit 1) about expected_revision or the guard.
+		{[]string{"put", "a", "b", "c", "--expect-revision", "-1"}, 2, "", `statectl: USAGE: put: invalid value "-1" for flag -expect-revision: -1 is negative`},
+		{[]string{"delete", "a", "b", "--expect-revision", "99999999999999999999"}, 2, "", `for flag -expect-revision: 99999999999999999999 is out of range`},
+		{[]string{"delete", "a", "b", "--expect-revision", "0"}, 2, "", `statectl: USAGE: delete: --expect-revision 0 (create only) has no meaning for a delete: give the entry's revision`},
+		{[]string{"delete", "a", "b", "--guard", "k=0"}, 2, "", `statectl: USAGE: --guard "k=0": the revision must be at least 1`},
+		{[]string{"put", "a", "b", "c", "--guard", "k=99999999999999999999"}, 2, "", `statectl: USAGE: --guard "k=99999999999999999999": revision 99999999999999999999 is out of range`},
 	} {
 		var out, errb strings.Builder
 		code := run(context.Background(), c.args, strings.NewReader(""), &out, &errb)

@@ -183,6 +183,9 @@ func (a *app) cmdDelete(ctx context.Context, cmd *command, args []string) error 
 	if err != nil {
 		return err
 	}
+	if wf.expect.set && wf.expect.v == 0 {
+		return usageErrorf("delete: --expect-revision 0 (create only) has no meaning for a delete: give the entry's revision")
+	}
 	req := wire.DeleteRequest{Namespace: pos[0], Key: pos[1], ExpectedRevision: wf.expect.ptr()}
 	if req.Guard, err = wf.guardValue(); err != nil {
 		return err

@@ -691,6 +691,12 @@ func TestAuditVerify(t *testing.T) {
 	if !strings.HasPrefix(r.stdout, "BROKEN: record seq 2") || !strings.Contains(r.stderr, "broken at seq 2") {
 		t.Fatalf("audit verify of a tampered chain: %s", r)
 	}
+	// With --json the report is the one document on stdout: no error document follows it.
+	r = e.fails(1, "AUDIT_BROKEN", "audit", "verify", "--json")
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	if err := dec.Decode(&rep); err != nil || dec.More() || rep.BrokenSeq != 2 || rep.Problem == "" {
+		t.Fatalf("audit verify --json of a tampered chain: %v: %s", err, r)
+	}
 }
 
 // tamperAuditRecord rewrites the principal of audit record seq in the store file (the store's audit

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -22,13 +24,28 @@ func (o *optionalInt) String() string {
 	return strconv.FormatInt(o.v, 10)
 }
 
+// Set reads a revision: an integer from 0 (the server bounds it at 2^53-1).
 func (o *optionalInt) Set(s string) error {
-	v, err := strconv.ParseInt(s, 10, 64)
+	v, err := parseRevision(s)
 	if err != nil {
-		return fmt.Errorf("%q is not an integer", s)
+		return err
 	}
 	o.set, o.v = true, v
 	return nil
+}
+
+// parseRevision reads a revision, an integer that is not negative.
+func parseRevision(s string) (int64, error) {
+	v, err := strconv.ParseInt(s, 10, 64)
+	switch {
+	case errors.Is(err, strconv.ErrRange):
+		return 0, fmt.Errorf("%s is out of range", s)
+	case err != nil:
+		return 0, fmt.Errorf("%q is not an integer", s)
+	case v < 0:
+		return 0, fmt.Errorf("%s is negative", s)
+	}
+	return v, nil
 }
 
 // ptr returns a pointer to the value, or nil when the flag was not given.
@@ -40,16 +57,32 @@ func (o *optionalInt) ptr() *int64 {
 	return &v
 }
 
+// maxTTLMs is the largest ttl_ms the server takes (SPEC 6: it clamps anything above 24 h to 24 h).
+const maxTTLMs = 1<<53 - 1
+
+// durationSyntax matches what time.ParseDuration reads, whatever the size of the numbers.
+var durationSyntax = regexp.MustCompile(`^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$`)
+
 // parseTTL reads a lease duration: a Go duration (30s, 1m30s, 1500ms) or a number of milliseconds.
 func parseTTL(s string) (int64, error) {
-	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
-		if ms < 0 {
+	outOfRange := fmt.Errorf("--ttl %q is out of range (a lease lasts at most 24h: the server clamps a longer one)", s)
+	if ms, err := strconv.ParseInt(s, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		switch {
+		case err != nil && strings.HasPrefix(s, "-"), ms < 0:
 			return 0, fmt.Errorf("--ttl %q is negative", s)
+		case err != nil, ms > maxTTLMs:
+			return 0, outOfRange
 		}
 		return ms, nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
+		if durationSyntax.MatchString(s) {
+			if strings.HasPrefix(s, "-") {
+				return 0, fmt.Errorf("--ttl %q is negative", s)
+			}
+			return 0, outOfRange // a duration past what time.Duration holds (2562047h)
+		}
 		return 0, fmt.Errorf("--ttl %q is neither a duration (30s) nor milliseconds (30000)", s)
 	}
 	if d < 0 {
@@ -58,7 +91,7 @@ func parseTTL(s string) (int64, error) {
 	if d%time.Millisecond != 0 {
 		return 0, fmt.Errorf("--ttl %q is not a whole number of milliseconds", s)
 	}
-	return d.Milliseconds(), nil
+	return d.Milliseconds(), nil // at most 2562047h: under maxTTLMs
 }
 
 // parseGuard reads KEY=REV.
@@ -67,9 +100,12 @@ func parseGuard(s string) (*wire.Guard, error) {
 	if i <= 0 {
 		return nil, fmt.Errorf("--guard %q is not KEY=REV", s)
 	}
-	rev, err := strconv.ParseInt(s[i+1:], 10, 64)
+	rev, err := parseRevision(s[i+1:])
 	if err != nil {
-		return nil, fmt.Errorf("--guard %q: revision %q is not an integer", s, s[i+1:])
+		return nil, fmt.Errorf("--guard %q: revision %v", s, err)
+	}
+	if rev < 1 {
+		return nil, fmt.Errorf("--guard %q: the revision must be at least 1 (a live entry's)", s)
 	}
 	return &wire.Guard{Key: s[:i], Revision: rev}, nil
 }

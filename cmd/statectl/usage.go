@@ -30,7 +30,11 @@ Global flags, before or after the command; each also from the environment:
   --json           print the wire JSON instead of tables ($STATECTL_JSON=true)
 
 Errors are printed as "statectl: CODE: message", CODE being the SPEC error code when the server
-answered one (STATE_STORE_ERROR_CODE_CONFLICT, ...).
+answered one (STATE_STORE_ERROR_CODE_CONFLICT, ...), else USAGE, CONNECTION, TIMEOUT, INTERRUPTED,
+AUDIT_BROKEN or ERROR. With --json an error is also one line of JSON on stdout (after what watch
+printed; audit verify prints its report instead):
+{"request_id":0,"ok":false,"error":{"code":CODE,"message":...,"current_revision":R}}, current_revision
+on CONFLICT and GUARD_FAILED only.
 Exit status: 0 done; 1 the server answered an error, or another failure; 2 bad usage;
 3 no connection (NATS unreachable, wrong credentials, no reply within --timeout; a reachable NATS
 with no stated behind it is STATE_STORE_ERROR_CODE_UNAVAILABLE, status 1); 130 interrupted (Ctrl-C
@@ -57,9 +61,11 @@ in UTF-8 (a leading byte order mark is dropped), is read from FILE, or from stdi
 absent. Prints the entry as stored (revision, owner, expiry); with --json, the entry.
 
 Flags:
-  --expect-revision N   write only if the entry's revision is N (compare-and-set); 0: create only
+  --expect-revision N   write only if the entry's revision is N (compare-and-set); 0: create only;
+                        absent: write whatever the entry's revision
   --ttl D               a lease: the entry expires D after the write (a duration such as 30s, or
-                        milliseconds such as 30000; at least 1s)
+                        milliseconds such as 30000; at least 1s; over 24h the server clamps it to
+                        24h); 0 or absent: no lease (a lease the entry had is removed)
   --guard KEY=REV       write only if KEY of the same namespace is live at revision REV (fencing)
 `
 
@@ -115,14 +121,16 @@ const usageBackup = `Usage: statectl backup FILE
 
 Take an online backup of the whole store (one read transaction on the server; admin principals only),
 download it in chunks, check its size and sha256, and write FILE atomically (a temporary file in the
-same directory, synced, then renamed). Restore it with "stated restore FILE" while stated is stopped.
+same directory, synced, then renamed). An existing FILE must be a regular file, which is replaced (a
+symbolic link is followed: the file it points to is replaced); a device, a FIFO or "-" is refused, as
+the backup is not written to a stream. Restore it with "stated restore FILE" while stated is stopped.
 `
 
 const usageAudit = `Usage: statectl audit verify
 
 Walk the server's hash-chained audit log (admin principals only) and print the report, for example
-"OK: 12 records, hash chain intact (head seq 12, hash ab12...)". Exits 1 when the chain is broken.
-With --json, the report object.
+"OK: 12 records, hash chain intact (head seq 12, hash ab12...)". Exits 1 when the chain is broken
+(statectl: AUDIT_BROKEN on stderr). With --json, the report object, broken chain or not.
 `
 
 const usageBench = `Usage: statectl bench [flags]
