@@ -83,15 +83,13 @@ func awaitReadyz(t *testing.T, s *e2e.Stated, code int, what string) string {
 	}
 }
 
-// An external NATS server that refuses stated's login for a while (its configuration reloaded without
-// stated's own user, which `stated nats-permissions` leaves for the operator to add) and then takes it
-// again: stated keeps trying and serves again once it is let in, and /readyz says 503, naming NATS,
-// while stated cannot be reached. nats.go, by default, gives up for good on a second refusal of the
-// same login, and stated then ran deaf for ever, with /readyz saying "ready".
-func TestE2EExternalNATSRefusingStatedForAWhile(t *testing.T) {
-	login := &statedLogin{refused: make(chan struct{}, 64), accepted: make(chan struct{}, 64)}
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
-		NoSystemAccount: true, CustomClientAuthentication: login})
+// startRawNATS starts a nats-server with o (on a free port of 127.0.0.1, quiet, without a system
+// account), for what internal/natsserver does not set: custom authentication, a small max_payload.
+// It stops at cleanup.
+func startRawNATS(t *testing.T, o *server.Options) *server.Server {
+	t.Helper()
+	o.Host, o.Port, o.NoLog, o.NoSigs, o.NoSystemAccount = "127.0.0.1", server.RANDOM_PORT, true, true, true
+	ns, err := server.NewServer(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +98,17 @@ func TestE2EExternalNATSRefusingStatedForAWhile(t *testing.T) {
 	if !ns.ReadyForConnections(timeout) {
 		t.Fatal("nats server not ready")
 	}
+	return ns
+}
+
+// An external NATS server that refuses stated's login for a while (its configuration reloaded without
+// stated's own user, which `stated nats-permissions` leaves for the operator to add) and then takes it
+// again: stated keeps trying and serves again once it is let in, and /readyz says 503, naming NATS,
+// while stated cannot be reached. nats.go, by default, gives up for good on a second refusal of the
+// same login, and stated then ran deaf for ever, with /readyz saying "ready".
+func TestE2EExternalNATSRefusingStatedForAWhile(t *testing.T) {
+	login := &statedLogin{refused: make(chan struct{}, 64), accepted: make(chan struct{}, 64)}
+	ns := startRawNATS(t, &server.Options{CustomClientAuthentication: login})
 	s := e2e.NewStated(t, e2e.Config{NATSURL: ns.ClientURL()})
 	// The harness writes [nats] url; stated's own login goes beside it.
 	conf, err := os.ReadFile(s.ConfigPath)

@@ -144,10 +144,11 @@ func (s *Server) adminHandler(op wire.Op) micro.HandlerFunc {
 			}
 			return
 		}
-		s.slots <- struct{}{} // a free slot first: past the bound, requests wait in NATS
+		s.slots <- struct{}{}     // a free slot first: past the bound, requests wait in NATS
+		detached := s.detach(req) // answered after this handler returns (see detachedRequest)
 		go func() {
 			defer func() { <-s.slots }()
-			s.serveAdmin(op, req, start)
+			s.serveAdmin(op, detached, start)
 		}()
 	}
 }

@@ -220,13 +220,15 @@ func (s *Server) handleHeartbeat(msg *nats.Msg, principal, workerID string) {
 		return
 	}
 	outcome := "accepted"
-	if err := s.heartbeat(msg, principal, workerID); errors.Is(err, wire.ErrQuotaExceeded) {
+	if err := s.heartbeat(msg, principal, workerID); errors.Is(err, wire.ErrQuotaExceeded) || errors.Is(err, wire.ErrTooLarge) {
 		// Over a quota: most often a new worker of a principal that has max_workers_per_principal
-		// live ones, or of a full system namespace (the error names the bound): told once a minute
-		// per principal, not per heartbeat of a fleet.
+		// live ones, or of a full system namespace; or a worker status that does not fit
+		// max_document_bytes even without its leases (long ids under a small bound). The heartbeat
+		// broke no rule: the server's own bound refused the entry it keeps (the error names the
+		// bound), told once a minute per principal, not per heartbeat of a fleet.
 		outcome = "refused"
 		if s.hbWarn.due(principal, time.Now()) {
-			s.opts.Logger.Warn("heartbeats refused by a bound (err names it; for new workers of a principal at max_workers_per_principal, raise it in [bounds] if it should not be)",
+			s.opts.Logger.Warn("heartbeats refused by a bound (err names it; for new workers of a principal at max_workers_per_principal, or worker statuses over max_document_bytes, raise it in [bounds] if it should not be)",
 				"principal", principal, "err", err)
 		}
 	} else if err != nil {

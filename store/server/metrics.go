@@ -77,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "state_watches_idle_closed_total", Help: "Watches closed with ACK_TIMEOUT (also counted in state_watch_closures_total) because their client sent no request naming them (an ack, of any sequence) within the idle bound ([nats] watch_idle_ms; off by default).",
 		}),
 		Heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "state_heartbeats_total", Help: "Heartbeats seen, by outcome (accepted; superseded: replaced, while it waited, by a newer heartbeat of its worker; refused: a new worker of a principal at max_workers_per_principal, or of a full system namespace; dropped: broke a rule, failed, found too many workers waiting, came as the server stopped, or was dropped by NATS, past the heartbeat subscription's pending limits, before the server took it).",
+			Name: "state_heartbeats_total", Help: "Heartbeats seen, by outcome (accepted; superseded: replaced, while it waited, by a newer heartbeat of its worker; refused: a new worker of a principal at max_workers_per_principal, or of a full system namespace, or a worker status over max_document_bytes; dropped: broke a rule, failed, found too many workers waiting, came as the server stopped, or was dropped by NATS, past the heartbeat subscription's pending limits, before the server took it).",
 		}, []string{"outcome"}),
 		BackendInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "state_backend_info", Help: "The storage backend in use (1).",

@@ -576,9 +576,10 @@ func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 			}
 		default:
 			s.slots <- struct{}{} // a free slot first: past the bound, requests wait in NATS
+			detached := s.detach(req)
 			go func() {
 				defer func() { <-s.slots }()
-				s.serve(op, req, start)
+				s.serve(op, detached, start)
 			}()
 		}
 	}
@@ -604,13 +605,22 @@ func headerBytes(h map[string][]string) int {
 	return n
 }
 
-// detachedRequest is a request that waits in a queue: its subject, reply subject and a copy of its
-// body, without the message they came in. It answers on its reply subject over nc, as the message
-// would.
+// detachedRequest is a request handled after its handler has returned: its subject, reply subject
+// and body (a copy of it, for one that waits in a queue), without the message they came in. It
+// answers on its reply subject over nc, as the message would. The micro request itself must not be
+// answered then: a reply that fails (a request without a reply subject, a lost connection) records
+// its error on that request, which the micro service reads, unlocked, as soon as the handler returns
+// (a data race, whose torn read of the error could crash the process).
 type detachedRequest struct {
 	nc             *nats.Conn
 	subject, reply string
 	data           []byte
+}
+
+// detach returns req's subject, reply subject and body (not copied: nats.go gives every message a
+// body of its own) as a request that may be answered after the handler returned.
+func (s *Server) detach(req micro.Request) *detachedRequest {
+	return &detachedRequest{nc: s.nc, subject: req.Subject(), reply: req.Reply(), data: req.Data()}
 }
 
 func (r *detachedRequest) Respond(b []byte, opts ...micro.RespondOpt) error {

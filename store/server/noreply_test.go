@@ -1,0 +1,50 @@
+package server_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/keeppeek/coordination/internal/testenv"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// A request published without a reply subject (nats pub rather than nats request) is served, and its
+// reply, which cannot be sent, fails on the goroutine that handles it: that failure must not be
+// recorded on the micro request the NATS subscription's goroutine reads once the handler has handed
+// the request over (a data race under -race, which could tear the error it reads). Requests of every
+// kind, state and admin, are sent so; what they do is done (the puts commit, the watch closes with
+// SNAPSHOT_FAILED), and the server still answers.
+func TestRequestsWithoutAReplySubjectAreServed(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	nc := env.Connect(t, "coordinator")
+	sub, err := nc.SubscribeSync(wire.WatchSubject(wire.DefaultPrefix, "coordinator", "mute"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	for i := range n {
+		for op, body := range map[wire.Op]string{
+			wire.OpPut:  putBody("service/noreply", fmt.Sprintf("k%02d", i), lease, ""),
+			wire.OpGet:  `{"namespace":"service/noreply","key":"nope"}`,
+			wire.OpList: `{"namespace":"service/noreply","limit":257}`,
+			wire.OpInfo: `{}`,
+		} {
+			if err := nc.Publish(wire.StateSubject(wire.DefaultPrefix, "coordinator", op), []byte(body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := nc.Publish(wire.AdminSubject(wire.DefaultPrefix, "coordinator", wire.AdminAuditVerify), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Publish(wire.StateSubject(wire.DefaultPrefix, "coordinator", wire.OpWatch), []byte(`{"watch_id":"mute","namespace":"service/noreply"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if u := nextMessage(t, sub); u.Kind != wire.UpdateClosed || u.Reason != wire.CloseSnapshotFailed {
+		t.Fatalf("a watch without a reply subject: %+v, want CLOSED SNAPSHOT_FAILED", u)
+	}
+	waitUntil(t, "every put has committed", func() bool {
+		rev, entries := listRevision(t, nc, "coordinator", "service/noreply")
+		return rev == n && entries == n
+	})
+}
