@@ -239,8 +239,10 @@ func (c *Controller) goOwned(f func()) {
 // keys, waits for the running Reconciles (and the controller's other goroutines) to return, for at
 // most Options.StopTimeout, then closes the cache (its entries stay readable). A Reconcile that
 // ignores its cancelled context past StopTimeout is abandoned (logged with its key): it runs on until
-// it returns, and its outcome schedules nothing. No Reconcile starts after Stop returns, and none
-// whose key a worker takes after Stop began. Later calls wait for the first one and return.
+// it returns, and its outcome schedules nothing. Closing the cache then unwatches at the store, which
+// adds at most a few of the client's request timeouts while the store does not answer (see
+// client.Cache.Close). No Reconcile starts after Stop returns, and none whose key a worker takes
+// after Stop began. Later calls wait for the first one and return.
 //
 // Stop waits for the running Reconciles, so a Reconcile must not call it: it would wait the whole
 // StopTimeout for itself (and every other Stop caller with it). A Reconcile that wants the

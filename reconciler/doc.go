@@ -9,7 +9,11 @@
 // capabilities.Tracker.Subscribe as an Options.Triggers entry) and, optionally, periodically. The
 // workqueue deduplicates keys, never runs two Reconciles of one key at once (a key enqueued while it
 // is being reconciled is reconciled again after), retries a failed key with per-key exponential
-// backoff, honours Result.Requeue and Result.RequeueAfter, bounds concurrency and stops cleanly.
+// backoff, honours Result.Requeue and Result.RequeueAfter (a Reconcile that an event starts earlier
+// replaces the scheduled one), bounds concurrency and stops cleanly. The queue has no fixed bound,
+// never blocks and drops no key until Stop: it holds each key at most once, so it grows with the
+// number of distinct keys waiting (those under the prefix, and any others Enqueued), not with the
+// number of events.
 //
 // A Reconcile reads the current entry from Controller.Cache, not from the request, so it acts on the
 // latest intent the cache holds; an absent key means the intent is gone. (While the cache does not

@@ -16,7 +16,9 @@ import (
 //     concurrently.
 //   - Delays: addAfter schedules an add (the earliest deadline per key wins), and addRateLimited
 //     schedules one after the key's backoff, baseBackoff * 2^failures capped at maxBackoff, failures counting the
-//     rate-limited adds since the last forget.
+//     rate-limited adds since the last forget. A get that hands a key out drops its schedule: the
+//     key is being reconciled now, earlier than asked (an add came first), and what that Reconcile
+//     returns decides (client-go's delaying queue would run it once more at the old deadline).
 //
 // After shutdown, get hands out nothing more (waiting keys are dropped, not drained) and adds are
 // ignored; done still works for keys that were in flight. The delay loop runs between start and
@@ -84,8 +86,8 @@ func (q *queue) addLocked(key string) {
 	q.cond.Signal()
 }
 
-// get blocks until a key is ready and hands it out, marking it processing; the caller must call
-// done with it. ok is false once the queue is shut down.
+// get blocks until a key is ready and hands it out, marking it processing and dropping its scheduled
+// add, if any; the caller must call done with it. ok is false once the queue is shut down.
 func (q *queue) get() (key string, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -100,6 +102,12 @@ func (q *queue) get() (key string, ok bool) {
 	q.items = q.items[1:]
 	q.processing[key] = struct{}{}
 	delete(q.dirty, key)
+	// The Reconcile that begins now supersedes a scheduled add of key (a RequeueAfter, a backoff):
+	// its own outcome decides what comes next, so the old schedule must not run it once more.
+	if it, ok := q.waitingBy[key]; ok {
+		heap.Remove(&q.waiting, it.index)
+		delete(q.waitingBy, key)
+	}
 	return key, true
 }
 

@@ -324,9 +324,11 @@ func awaitScheduled(t *testing.T, q *queue) {
 	}
 }
 
-// A delayed add that comes due while its key is still queued dedups with it; one that comes due while
-// the key is processing has it reconciled once more, after done. Each case controls when the add
-// comes due (the delay loop starts only then), so neither depends on how fast a get is scheduled.
+// A delayed add that comes due while its key is still queued dedups with it; one made while the key
+// is processing (its Reconcile's own RequeueAfter) that comes due before done has it reconciled once
+// more, after done; one made before a get hands the key out is dropped by that get. Each case
+// controls when the add comes due (the delay loop starts only then), so none depends on how fast a
+// get is scheduled.
 func TestQueueAddAfterOfAQueuedOrProcessingKey(t *testing.T) {
 	t.Run("queued", func(t *testing.T) {
 		q := newQueue(time.Millisecond, time.Second)
@@ -348,8 +350,8 @@ func TestQueueAddAfterOfAQueuedOrProcessingKey(t *testing.T) {
 		q := newQueue(time.Millisecond, time.Second)
 		defer q.shutdown()
 		q.add("z")
-		q.addAfter("z", time.Millisecond)
-		k := getWithin(t, q) // z is processing when its delayed add comes due
+		k := getWithin(t, q)
+		q.addAfter("z", time.Millisecond) // z is processing when its delayed add comes due
 		q.start()
 		awaitScheduled(t, q)
 		if n := q.len(); n != 0 {
@@ -361,6 +363,22 @@ func TestQueueAddAfterOfAQueuedOrProcessingKey(t *testing.T) {
 		if k != "z" || k2 != "z" {
 			t.Fatalf("got %q then %q, want z twice", k, k2)
 		}
+	})
+	t.Run("superseded", func(t *testing.T) {
+		q := newQueue(time.Millisecond, time.Second)
+		defer q.shutdown()
+		q.addAfter("z", time.Hour)
+		q.addAfter("y", time.Hour)
+		q.add("z") // an event before the deadline
+		k := getWithin(t, q)
+		q.mu.Lock()
+		_, scheduled := q.waitingBy["z"]
+		n := len(q.waiting)
+		q.mu.Unlock()
+		if k != "z" || scheduled || n != 1 {
+			t.Fatalf("got %q; z still scheduled %v, %d scheduled; want z handed out, its schedule dropped, y's kept", k, scheduled, n)
+		}
+		q.done(k)
 	})
 }
 

@@ -18,7 +18,9 @@ type Request struct {
 func (r Request) String() string { return r.Namespace + "/" + r.Key }
 
 // Result tells the controller what to do with the key after a Reconcile that returned no error.
-// The zero Result means "done until the next change".
+// The zero Result means "done until the next change". A Reconcile of the key that begins before a
+// requested (or error) retry comes due, started by a change, a trigger or an Enqueue, replaces it:
+// what that Reconcile returns decides, and the key is not reconciled once more at the old deadline.
 type Result struct {
 	// Requeue asks for another Reconcile of the key after its backoff (as after an error, but without
 	// logging one). RequeueAfter takes precedence.
