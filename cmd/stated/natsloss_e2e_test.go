@@ -2,7 +2,9 @@ package main_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/keeppeek/coordination/internal/e2e"
+	"github.com/keeppeek/coordination/internal/natstest"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -83,12 +86,15 @@ func awaitReadyz(t *testing.T, s *e2e.Stated, code int, what string) string {
 	}
 }
 
-// startRawNATS starts a nats-server with o (on a free port of 127.0.0.1, quiet, without a system
-// account), for what internal/natsserver does not set: custom authentication, a small max_payload.
-// It stops at cleanup.
+// startRawNATS starts a nats-server with o (on 127.0.0.1, on a free port unless o sets one, quiet,
+// without a system account), for what internal/natsserver does not set: custom authentication, a
+// small max_payload. It stops at cleanup.
 func startRawNATS(t *testing.T, o *server.Options) *server.Server {
 	t.Helper()
-	o.Host, o.Port, o.NoLog, o.NoSigs, o.NoSystemAccount = "127.0.0.1", server.RANDOM_PORT, true, true, true
+	if o.Port == 0 {
+		o.Port = server.RANDOM_PORT
+	}
+	o.Host, o.NoLog, o.NoSigs, o.NoSystemAccount = "127.0.0.1", true, true, true
 	ns, err := server.NewServer(o)
 	if err != nil {
 		t.Fatal(err)
@@ -185,4 +191,36 @@ func TestE2EExternalNATSRefusingStatedForAWhile(t *testing.T) {
 	if !strings.Contains(s.Logs(), "nats: authorization violation") {
 		t.Errorf("stated's log does not say why NATS would not take it back:\n%s", s.Logs())
 	}
+}
+
+// stated checks at start that its NATS server carries its bounds (a reply of max_snapshot_bytes, a
+// document of max_document_bytes); a reconnect may land on a server, a cluster node, whose max_payload
+// is smaller. stated then says so: an error in its log, and /readyz 503 naming the bound, until it is
+// on a server that carries them again.
+func TestE2EReconnectedToANATSServerWithASmallerMaxPayload(t *testing.T) {
+	big := startRawNATS(t, &server.Options{})
+	port := big.Addr().(*net.TCPAddr).Port
+	s := e2e.NewStated(t, e2e.Config{NATSURL: big.ClientURL()})
+	s.Start()
+	awaitReadyz(t, s, http.StatusOK, "on a server with the default max_payload")
+
+	// The same address, now a server that takes messages of at most 64 KiB - 1: a snapshot of the
+	// default max_snapshot_bytes (64 KiB) no longer fits.
+	big.Shutdown()
+	big.WaitForShutdown()
+	small := startRawNATS(t, &server.Options{Port: port, MaxPayload: 65535})
+	natstest.Poll(t, timeout, "/readyz once stated is back, on a server with a smaller max_payload", func() (bool, string) {
+		code, body := httpGet(t, s, "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "cannot carry its bounds") &&
+			strings.Contains(body, "max_snapshot_bytes"), fmt.Sprintf("%d %q", code, body)
+	})
+	// The reconnect handler, which logs, runs after the connection is back (and /readyz says so).
+	natstest.Poll(t, timeout, "the error logged for the reconnect to a server with a smaller max_payload", func() (bool, string) {
+		return strings.Contains(s.Logs(), "reconnected to cannot carry its bounds"), "not logged"
+	})
+
+	small.Shutdown()
+	small.WaitForShutdown()
+	startRawNATS(t, &server.Options{Port: port})
+	awaitReadyz(t, s, http.StatusOK, "back on a server with the default max_payload")
 }

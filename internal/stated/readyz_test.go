@@ -1,6 +1,7 @@
 package stated
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -33,10 +34,17 @@ func TestReadyzFollowsTheStoreThroughAStop(t *testing.T) {
 		t.Fatalf("while starting: %d %s", code, body)
 	}
 	status := nats.CONNECTED
-	r.started(st, func() nats.Status { return status })
+	var unfit error
+	r.started(st, func() nats.Status { return status }, func() error { return unfit })
 	if code, body := getReadyz(t, &r); code != http.StatusOK {
 		t.Fatalf("a serving store: %d %s", code, body)
 	}
+	unfit = errors.New("max_snapshot_bytes 65536 is more than the NATS server's max_payload 1024")
+	if code, body := getReadyz(t, &r); code != http.StatusServiceUnavailable || !strings.Contains(body, "cannot carry its bounds") ||
+		!strings.Contains(body, unfit.Error()) {
+		t.Fatalf("on a NATS server that cannot carry the bounds: %d %s", code, body)
+	}
+	unfit = nil
 	status = nats.RECONNECTING
 	if code, body := getReadyz(t, &r); code != http.StatusServiceUnavailable || !strings.Contains(body, "NATS connection is reconnecting") {
 		t.Fatalf("while NATS reconnects: %d %s", code, body)

@@ -270,7 +270,11 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	// its login again; /readyz says 503 meanwhile.
 	connOpts := []nats.Option{nats.Name("stated"), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond),
 		nats.IgnoreAuthErrorAbort()}
-	connOpts = append(connOpts, natsLogging(logger)...)
+	// fits tells whether the NATS server stated is connected to carries its bounds (set once the
+	// server is made): checked at start, and again at every reconnect, which may land on a cluster
+	// node with a smaller max_payload.
+	var fits atomic.Pointer[func() error]
+	connOpts = append(connOpts, natsLogging(logger, &fits)...)
 	if url == "" {
 		var users []natsserver.User
 		if len(cfg.Principals) > 0 {
@@ -325,7 +329,9 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	if err := metrics.RegisterStore(reg, st, "bbolt"); err != nil {
 		logger.Error("metrics", "err", err)
 	}
-	ready.started(st, nc.Status)
+	fit := func() error { return srv.CheckBounds(st.Bounds()) }
+	fits.Store(&fit)
+	ready.started(st, nc.Status, fit)
 
 	if len(cfg.Principals) == 0 {
 		logger.Warn("NO PRINCIPALS CONFIGURED: running one admin principal \"dev\" that connects WITHOUT credentials. " +
@@ -415,11 +421,13 @@ type readiness struct {
 type servingParts struct {
 	st   *store.Store
 	nats func() nats.Status // the status of stated's NATS connection
+	fits func() error       // whether the NATS server it is connected to carries the bounds
 }
 
-// started records that stated serves st over a NATS connection whose status status reports.
-func (r *readiness) started(st *store.Store, status func() nats.Status) {
-	r.serving.Store(&servingParts{st: st, nats: status})
+// started records that stated serves st over a NATS connection whose status status reports, to a
+// NATS server that carries its bounds unless fits says otherwise.
+func (r *readiness) started(st *store.Store, status func() nats.Status, fits func() error) {
+	r.serving.Store(&servingParts{st: st, nats: status, fits: fits})
 }
 
 func (r *readiness) serveHTTP(w http.ResponseWriter, _ *http.Request) {
@@ -448,14 +456,19 @@ func (r *readiness) reason() string {
 	if status := p.nats(); status != nats.CONNECTED {
 		return fmt.Sprintf("stated's NATS connection is %s: no request reaches it", strings.ToLower(status.String()))
 	}
+	if err := p.fits(); err != nil {
+		// stated reconnected to a server (a cluster node) with a smaller max_payload than the one it
+		// started on: a reply or update over it is never delivered, though its write committed.
+		return "the NATS server stated is connected to cannot carry its bounds: " + err.Error()
+	}
 	return ""
 }
 
-// natsLogging logs what happens to stated's NATS connection: lost, back, closed, and the errors the
-// server reports (a refused login, a permission violation, a slow consumer). An error that repeats
-// (a login refused at every reconnect attempt) is logged once until another comes or the
-// connection is back.
-func natsLogging(logger *slog.Logger) []nats.Option {
+// natsLogging logs what happens to stated's NATS connection: lost, back (and, once fits is set, on a
+// server that cannot carry the bounds), closed, and the errors the server reports (a refused login, a
+// permission violation, a slow consumer). An error that repeats (a login refused at every reconnect
+// attempt) is logged once until another comes or the connection is back.
+func natsLogging(logger *slog.Logger, fits *atomic.Pointer[func() error]) []nats.Option {
 	var mu sync.Mutex
 	last := ""
 	fresh := func(err error) bool {
@@ -482,6 +495,12 @@ func natsLogging(logger *slog.Logger) []nats.Option {
 			last = ""
 			mu.Unlock()
 			logger.Info("NATS connection back", "server", nc.ConnectedUrlRedacted())
+			if f := fits.Load(); f != nil {
+				if err := (*f)(); err != nil {
+					logger.Error("the NATS server stated reconnected to cannot carry its bounds: replies and updates over its max_payload are lost, though their writes commit; /readyz says 503 until stated is on a server that can",
+						"server", nc.ConnectedUrlRedacted(), "err", err)
+				}
+			}
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if err == nil || !fresh(err) {
