@@ -15,8 +15,9 @@
 // highest announced one is fetched again with backoff. A fetch left unanswered does not hold back a
 // newer one. Because announcements can be lost and a media server can die without a word, the
 // Tracker also fetches every ResyncInterval, and holds its snapshot stale (showing every source
-// offline, see Tracker.Stale) once a fetch finds no media server answering or none has confirmed the
-// snapshot for StaleAfter; Snapshot reads the capabilities and their staleness together, for a
+// offline, see Tracker.Stale) once a fetch finds no media server answering, none has confirmed the
+// snapshot for StaleAfter, or an answer shows that the media server went back (restarted with its
+// generations started over, or a second one answers); Snapshot reads the capabilities and their staleness together, for a
 // reconciler that keeps what it holds while they are stale. Readers never poll: WaitFor, WaitVariant and
 // WaitReady wake on each installed snapshot, and Subscribe hands out coalesced notifications for
 // reconcilers.

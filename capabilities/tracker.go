@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -62,7 +63,8 @@ type TrackerOptions struct {
 // once). A fetched snapshot is installed only when its generation is above the one held, so
 // generations only grow; when it is still below the highest generation announced, the fetch is
 // retried with backoff. Fetches do not queue behind one another: an announcement above the one the
-// newest fetch was sent for, a Refresh or a reconnect sends a new fetch at once, even while an
+// newest fetch was sent for (or, while the tracker is behind, any above the generation held: the
+// one it is behind may never be answered), a Refresh or a reconnect sends a new fetch at once, even while an
 // earlier one is still unanswered (a reply lost, a media server stopping with the request in hand),
 // and whichever answers first is installed.
 //
@@ -77,7 +79,19 @@ type TrackerOptions struct {
 // the snapshot, or brings a newer one, makes it current again, unless it was sent before a fetch that
 // found no responder: a media server that stops may answer the requests it held once it is gone
 // (a drain does), and such an answer is installed if newer but leaves the snapshot stale. A NATS
-// connection closed for good leaves it stale for good. Stale tells which view is shown, Snapshot
+// connection closed for good leaves it stale for good.
+//
+// A media server goes back when it restarts and starts its generations over (SPEC section 12 wants them
+// to keep growing across restarts: start it after the generations it announced), or when a second one
+// answers caps.v1.get beside it (a misconfiguration: each fetch takes whichever answer comes first,
+// and a command may be carried out by both). The tracker finds it out from an answer below the
+// generation it held when it sent the fetch, or of the generation it holds with other capabilities,
+// and makes the snapshot stale at once (the snapshot held is not the media server's, and generations
+// do not go backwards here either, so the answer is not installed). It stays stale until a newer
+// generation is installed or a fetch confirms it: after a restart that started over, until the new
+// instance's generations pass the one held; beside a second media server, until the one ahead
+// answers again (the tracker then goes stale and current in turn, with a warning each time it goes
+// stale). Stale tells which view is shown, Snapshot
 // returns the view and Stale together (read apart, they may straddle a change); Subscribe notifies
 // both changes.
 //
@@ -268,6 +282,11 @@ func (t *Tracker) onChanged(m *nats.Msg) {
 	}
 	if c.Generation > t.announced {
 		t.announced = c.Generation
+	} else if c.Generation > held {
+		// Above the one held, not above one announced before: the tracker is behind, waiting for a
+		// retry. It may be far off (up to MaxRefetchBackoff), and the announcement it retries for
+		// may never be answered (a stray one, 2^64-1 say): this one is news of its own, fetched now.
+		t.forced = true
 	}
 	t.mu.Unlock()
 	if fetch {
@@ -306,6 +325,7 @@ func (t *Tracker) heldLocked() uint64 {
 // fetchResult is the outcome of fetch number seq.
 type fetchResult struct {
 	seq  uint64
+	held uint64 // the generation held when it was sent
 	caps *ServerCapabilities
 	err  error
 }
@@ -413,13 +433,14 @@ func (t *Tracker) run(ctx context.Context, first chan<- error) {
 		seq++
 		t.mu.Lock()
 		seqAnn = t.announced
+		held := t.heldLocked()
 		t.mu.Unlock()
 		inFlight++
 		fetches.Add(1)
 		go func(seq uint64) {
 			defer fetches.Done()
 			caps, err := t.fetch(fctx)
-			results <- fetchResult{seq: seq, caps: caps, err: err}
+			results <- fetchResult{seq: seq, held: held, caps: caps, err: err}
 		}(seq)
 	}
 
@@ -499,6 +520,12 @@ func (t *Tracker) run(ctx context.Context, first chan<- error) {
 				}
 				gen = r.caps.Generation
 				newestOK = max(newestOK, r.seq)
+				if t.contradicted(r.caps, r.held) {
+					// As when nobody answers: an earlier answer of the generation held (the old
+					// instance's, sent before it went) does not make the snapshot current again.
+					goneSeq = max(goneSeq, r.seq)
+					break
+				}
 				// An answer to a fetch sent before one found nobody answering (a media server that
 				// stops serves what it holds) predates that finding: it is taken as news, never as
 				// a sign that the media server is there.
@@ -638,6 +665,67 @@ func (t *Tracker) accept(caps *ServerCapabilities, live bool) (confirmed bool) {
 	return true
 }
 
+// contradicted reports whether caps, the answer to a fetch sent while the tracker held generation
+// heldAtSend, shows that the media server no longer has the snapshot held, and then marks it stale:
+// caps is below heldAtSend, though the media server had reached that generation before the fetch was
+// sent, or has the generation held with other content. Generations only grow (SPEC section 12), so
+// the media server went back: it restarted and started its generations over, or a second media
+// server answers caps.v1.get. The snapshot held is not taken back (generations do not go backwards
+// here either) nor shown as current: it stays stale until a newer generation is installed, or a
+// fetch confirms it (whose answer, from the second media server, may be the other's).
+func (t *Tracker) contradicted(caps *ServerCapabilities, heldAtSend uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.caps == nil {
+		return false
+	}
+	switch {
+	case caps.Generation < heldAtSend:
+		t.markStaleLocked("the media server answered generation "+fmt.Sprint(caps.Generation)+
+			", below the one it had reached: it restarted with its generations started over, or another media server answers "+GetSubject(t.prefix),
+			"answered", caps.Generation)
+	case caps.Generation == t.caps.Generation && !sameCapabilities(caps, t.caps):
+		t.markStaleLocked("the media server answered the generation held with other capabilities: it restarted with its generations started over, or another media server answers "+GetSubject(t.prefix),
+			"answered", caps.Generation)
+	default:
+		return false
+	}
+	return true
+}
+
+// sameCapabilities reports whether a and b are the same capabilities: the same sources, streams and
+// variants, in any order (the SPEC does not say that a media server lists them in a stable one), and
+// the same recording modes (a missing list is an empty one).
+func sameCapabilities(a, b *ServerCapabilities) bool {
+	if a.Generation != b.Generation || len(a.Sources) != len(b.Sources) {
+		return false
+	}
+	for _, x := range a.Sources {
+		y, ok := b.Source(x.SourceID)
+		if !ok || x.SessionID != y.SessionID || x.Online != y.Online || len(x.Streams) != len(y.Streams) ||
+			!sameSet(x.Publication.RecordingModes, y.Publication.RecordingModes) {
+			return false
+		}
+		for _, s := range x.Streams {
+			u, ok := y.Stream(s.StreamID)
+			if !ok || s.MediaKind != u.MediaKind || len(s.Variants) != len(u.Variants) {
+				return false
+			}
+			for _, v := range s.Variants {
+				if w, ok := u.Variant(v.VariantID); !ok || v != w {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// sameSet reports whether a and b hold the same strings, in any order.
+func sameSet(a, b []string) bool {
+	return len(a) == len(b) && !slices.ContainsFunc(a, func(m string) bool { return !slices.Contains(b, m) })
+}
+
 // install makes caps the current snapshot if it is the first or newer than the one held, and wakes
 // waiters and subscribers. It reports whether it installed caps. caps must not be modified afterwards.
 func (t *Tracker) install(caps *ServerCapabilities) bool {
@@ -701,7 +789,8 @@ func (t *Tracker) publishLocked() {
 }
 
 // Stale reports whether the snapshot held is stale: a fetch found no media server answering
-// caps.v1.get, or none confirmed the snapshot for StaleAfter. Current, Resolve and the waits then show
+// caps.v1.get, none confirmed the snapshot for StaleAfter, or an answer showed that the media server
+// went back (see Tracker). Current, Resolve and the waits then show
 // it with every source offline (see Tracker). False before the first snapshot and once a fetch
 // confirms it again; true for good once the NATS connection is closed; a tracker stopped by Stop
 // keeps what it last reported. To act on the capabilities and their staleness together, read both

@@ -42,7 +42,10 @@ type Options struct {
 	// After is the generation the simulator counts on from: Start announces After+1 (or later, by one
 	// per change made before Start: AddSource, SetOnline). Generations only
 	// grow (SPEC section 12), across restarts too: a simulator that replaces another must start after
-	// the generations it announced (cmd/mediasim uses the clock). Default 0.
+	// the generations it announced (cmd/mediasim uses the clock); a tracker that finds generations
+	// going back holds its snapshot stale until they pass it (see capabilities.Tracker). Two
+	// simulators serving one prefix at once both receive every request and both answer it (a fetch
+	// takes the first answer; a command is carried out by each that can). Default 0.
 	After uint64
 	// KeepCommands bounds the record Commands returns to the newest KeepCommands commands. Default 0:
 	// every command, for tests that assert what was (never) sent. A simulator that runs for long (cmd/
