@@ -54,22 +54,8 @@ func TestTrackerKeepsTheNewestWhateverTheOrderOfAnswers(t *testing.T) {
 		{"InOrder", 2, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			url := startNATS(t)
-			gets := heldGets(t, url)
-			srv := newCannedServer(t, url) // announces
-			log := newFetchLog()
-			tr := capabilities.NewTracker(connect(t, url), capabilities.TrackerOptions{ResyncInterval: -1})
-			capabilities.SetFetchHook(tr, log.hook)
+			tr, gets, srv, log := startHeldTracker(t, capabilities.TrackerOptions{ResyncInterval: -1}, v)
 			t.Cleanup(tr.Stop)
-			started := make(chan error, 1)
-			go func() { started <- tr.Start(ctxT(t)) }()
-			if err := nextGet(t, gets).Respond([]byte(capsJSON(t, oneSource(1, "sess-1", true, v)))); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-started; err != nil {
-				t.Fatal(err)
-			}
-			log.next(t)
 			srv.announce(t, 2)
 			first := nextGet(t, gets)
 			srv.announce(t, 3) // while the first is unanswered: fetched at once
@@ -102,21 +88,7 @@ func TestTrackerKeepsTheNewestWhateverTheOrderOfAnswers(t *testing.T) {
 // send no fetch.
 func TestTrackerStopDuringAFetch(t *testing.T) {
 	v := capabilities.Variant{VariantID: "original", Codec: "h264", Width: 1920, Height: 1080, State: capabilities.StateReady}
-	url := startNATS(t)
-	gets := heldGets(t, url)
-	srv := newCannedServer(t, url)
-	log := newFetchLog()
-	tr := capabilities.NewTracker(connect(t, url), capabilities.TrackerOptions{FetchTimeout: time.Hour, ResyncInterval: -1})
-	capabilities.SetFetchHook(tr, log.hook)
-	started := make(chan error, 1)
-	go func() { started <- tr.Start(ctxT(t)) }()
-	if err := nextGet(t, gets).Respond([]byte(capsJSON(t, oneSource(1, "sess-1", true, v)))); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-started; err != nil {
-		t.Fatal(err)
-	}
-	log.next(t)
+	tr, gets, srv, log := startHeldTracker(t, capabilities.TrackerOptions{FetchTimeout: time.Hour, ResyncInterval: -1}, v)
 	notes, cancel := tr.Subscribe()
 	defer cancel()
 	srv.announce(t, 2)
@@ -148,4 +120,27 @@ func TestTrackerStopDuringAFetch(t *testing.T) {
 	if caps, stale := tr.Snapshot(); caps.Generation != 1 || stale {
 		t.Errorf("after Stop: generation %d stale %v; want the last snapshot, 1, as it was", caps.Generation, stale)
 	}
+}
+
+// startHeldTracker starts a tracker with opts on a fresh NATS server whose caps.v1.get requests the
+// test answers by hand (gets), beside a canned media server that announces (srv); the first fetch is
+// answered with generation 1 (front-door, session sess-1, online, variant v) and reported by log.
+func startHeldTracker(t *testing.T, opts capabilities.TrackerOptions, v capabilities.Variant) (*capabilities.Tracker, <-chan *nats.Msg, *cannedServer, fetchLog) {
+	t.Helper()
+	url := startNATS(t)
+	gets := heldGets(t, url)
+	srv := newCannedServer(t, url)
+	log := newFetchLog()
+	tr := capabilities.NewTracker(connect(t, url), opts)
+	capabilities.SetFetchHook(tr, log.hook)
+	started := make(chan error, 1)
+	go func() { started <- tr.Start(ctxT(t)) }()
+	if err := nextGet(t, gets).Respond([]byte(capsJSON(t, oneSource(1, "sess-1", true, v)))); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	log.next(t)
+	return tr, gets, srv, log
 }
