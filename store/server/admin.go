@@ -169,13 +169,9 @@ func (s *Server) serveAdmin(op wire.Op, req micro.Request, start time.Time) {
 	res.RequestID = id
 	res.Error = cutMessage(res.Error)
 	body, _ := json.Marshal(res)
-	_ = req.Respond(body)
+	respErr := req.Respond(body)
 	if m := s.opts.Metrics; m != nil {
-		code := "OK"
-		if res.Error != nil {
-			code = string(res.Error.Code)
-		}
-		m.observeRequest(string(op), code, time.Since(start))
+		m.observeRequest(string(op), resultCode(res.Error, respErr), time.Since(start))
 	}
 }
 

@@ -44,7 +44,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "state_requests_total", Help: "Requests taken, by op (a state operation, or the admin call backup or audit_verify) and result code (OK, a SPEC error code, NO_REPLY: its time in the store ran out (the request timeout, or the server stopped), its outcome unknown, and it got no reply, or REPLY_REFUSED: not served, its reply subject lay outside its principal's space). Requests NATS dropped are in state_requests_dropped_total instead.",
+			Name: "state_requests_total", Help: "Requests taken, by op (a state operation, or the admin call backup or audit_verify) and result code (OK, a SPEC error code, NO_REPLY: its time in the store ran out (the request timeout, or the server stopped), its outcome unknown, and it got no reply, REPLY_REFUSED: not served, its reply subject lay outside its principal's space, or REPLY_FAILED: served, what it does done, but its reply could not be sent: no reply subject, a connection closed, over max_payload). Requests NATS dropped are in state_requests_dropped_total instead.",
 		}, []string{"op", "code"}),
 		RequestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "state_request_duration_seconds", Help: "Latency of the requests of state_requests_total, by op: from the server taking the request off NATS to its reply, a wait for a free slot (past the server's MaxConcurrentRequests) or in its principal's ack and unwatch queue included.",

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/keeppeek/coordination/internal/testenv"
+	"github.com/keeppeek/coordination/store/server"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -13,9 +14,10 @@ import (
 // recorded on the micro request the NATS subscription's goroutine reads once the handler has handed
 // the request over (a data race under -race, which could tear the error it reads). Requests of every
 // kind, state and admin, are sent so; what they do is done (the puts commit, the watch closes with
-// SNAPSHOT_FAILED), and the server still answers.
+// SNAPSHOT_FAILED), each is counted as REPLY_FAILED (not as OK, which its sender never learnt), and the
+// server still answers.
 func TestRequestsWithoutAReplySubjectAreServed(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{})
+	env := testenv.Start(t, testenv.Options{Metrics: true})
 	nc := env.Connect(t, "coordinator")
 	sub, err := nc.SubscribeSync(wire.WatchSubject(wire.DefaultPrefix, "coordinator", "mute"))
 	if err != nil {
@@ -47,4 +49,16 @@ func TestRequestsWithoutAReplySubjectAreServed(t *testing.T) {
 		rev, entries := listRevision(t, nc, "coordinator", "service/noreply")
 		return rev == n && entries == n
 	})
+	failed := func(op string) float64 {
+		return counter(t, env.Metrics.Requests.WithLabelValues(op, server.ReplyFailed))
+	}
+	waitUntil(t, "every request counted", func() bool {
+		return failed("put") == n && failed("get") == n && failed("list") == n && failed("info") == n &&
+			failed("audit_verify") == n && failed("watch") == 1
+	})
+	for _, op := range []string{"put", "info", "audit_verify", "watch"} {
+		if ok := counter(t, env.Metrics.Requests.WithLabelValues(op, "OK")); ok != 0 {
+			t.Errorf("%v %s requests whose reply could not be sent counted OK", ok, op)
+		}
+	}
 }

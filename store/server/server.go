@@ -798,12 +798,20 @@ func (s *Server) respond(op wire.Op, req micro.Request, start time.Time, res wir
 		after(respErr)
 	}
 	if m := s.opts.Metrics; m != nil {
-		code := "OK"
-		if res.Error != nil {
-			code = string(res.Error.Code)
-		}
-		m.observeRequest(string(op), code, time.Since(start))
+		m.observeRequest(string(op), resultCode(res.Error, respErr), time.Since(start))
 	}
+}
+
+// resultCode is the code label of a request served with the answer e (nil: OK) whose reply's send
+// returned respErr.
+func resultCode(e *wire.Error, respErr error) string {
+	switch {
+	case respErr != nil:
+		return ReplyFailed
+	case e != nil:
+		return string(e.Code)
+	}
+	return "OK"
 }
 
 // maxErrorMessage bounds the message of an error reply, in bytes. A message may quote what a request
@@ -831,6 +839,11 @@ func cutMessage(e *wire.Error) *wire.Error {
 // ReplyRefused is the code label of the requests the server did not serve because of their reply
 // subject (see replyAllowed).
 const ReplyRefused = "REPLY_REFUSED"
+
+// ReplyFailed is the code label of the requests the server served (what they do was done) but whose
+// reply it could not send: no reply subject (published, not requested), a connection closed, a reply
+// over the NATS server's max_payload.
+const ReplyFailed = "REPLY_FAILED"
 
 // replyAllowed reports whether the server may publish the reply to a request on subject (of kind
 // "state.v1" or "admin.v1") on reply. NATS lets a principal publish only under its own subjects, but a
