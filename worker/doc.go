@@ -10,4 +10,8 @@
 //	w.Add(controller)            // started in order, stopped in reverse
 //	w.Go("elector", elector.Run) // a goroutine the worker owns
 //	err := w.Run(ctx)            // until ctx ends
+//
+// A supervisor (systemd, Kubernetes) stops a process with SIGTERM: end Run's ctx on it too
+// (signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)), or the process dies without the graceful
+// stop and its leases wait for their TTL.
 package worker

@@ -5,6 +5,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"syscall"
 
 	"github.com/nats-io/nats.go"
 
@@ -16,7 +17,7 @@ import (
 
 // A worker process, as the package doc shows it: a controller started with the worker and stopped
 // in reverse, an elector on a goroutine the worker owns, heartbeats and a graceful stop until the
-// process is interrupted.
+// process is interrupted or terminated (SIGTERM).
 func ExampleWorker() {
 	nc, err := client.Connect(nats.DefaultURL, "transcoder-a")
 	if err != nil {
@@ -46,7 +47,8 @@ func ExampleWorker() {
 	}
 	w.Add(controller)            // started in order, stopped in reverse
 	w.Go("elector", elector.Run) // a goroutine the worker owns
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// A supervisor (systemd, Kubernetes) stops a process with SIGTERM: the worker then stops gracefully.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := w.Run(ctx); err != nil { // until ctx ends
 		log.Fatal(err)

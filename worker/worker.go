@@ -26,6 +26,10 @@ type Options struct {
 	// Principal is the NATS user the worker runs as. Required.
 	Principal string
 	// WorkerID names this process among the principal's workers ([A-Za-z0-9_-]{1,64}). Required.
+	// It must be unique among the principal's running processes: two processes with one id share one
+	// worker entry, which then takes each one's status and leases in turn (a put at every heartbeat
+	// that differs), and nothing detects it. A process restarted under the same id (a pod's name)
+	// takes over the entry its predecessor left, with its first_seen_ms, until that entry expired.
 	WorkerID string
 	// Service is the service the worker belongs to (a principal-id-like name). Default: Principal.
 	Service string
@@ -141,7 +145,9 @@ func (w *Worker) Add(c Component) {
 }
 
 // Go registers a goroutine the worker owns: Run starts it after the components and cancels its
-// context, and waits for it, when the worker stops. An error it returns (other than the context's)
+// context, and waits for it, when the worker stops: after the heartbeat that says "draining", not as
+// soon as Run's ctx ends, so that the fleet learns of the stop before the goroutine releases its
+// leases. An error it returns (other than the context's)
 // stops the worker. Like Add, it takes part in the next Run, not in one going on; a nil fn makes Run
 // fail before it starts anything.
 func (w *Worker) Go(name string, fn func(ctx context.Context) error) {
@@ -261,14 +267,27 @@ func checkRegistered(components []Component, goroutines []namedFunc) error {
 // errConnClosed is Run's error once the worker's NATS connection is closed for good.
 var errConnClosed = fmt.Errorf("worker: its NATS connection is closed: %w", nats.ErrConnectionClosed)
 
+// connClosedError is errConnClosed with why the connection closed, when nats.go knows it (its last
+// error: NATS refusing the login of a principal removed at a reload, say, which closes the connection
+// after the second refusal, or the last dial error once the reconnect attempts ran out). Without it
+// the operator reads "connection closed" and looks for a network fault. A refused publish never
+// closes a connection, so a LastError that is one says nothing of the close and is left out.
+func (w *Worker) connClosedError() error {
+	why := w.opts.Conn.LastError()
+	if why != nil && !errors.Is(why, nats.ErrConnectionClosed) && !errors.Is(why, nats.ErrPermissionViolation) {
+		return fmt.Errorf("worker: its NATS connection is closed (%w): %w", why, nats.ErrConnectionClosed)
+	}
+	return errConnClosed
+}
+
 // startError is Run's error for a component's Start that returned err: nil when the worker was told
 // to stop meanwhile and err is only the cancellation (a Start that waits for the store returns its
 // context's error), the closed connection when that ended the start, err otherwise.
-func startError(ctx context.Context, connClosed <-chan struct{}, err error) error {
+func (w *Worker) startError(ctx context.Context, connClosed <-chan struct{}, err error) error {
 	cancelled := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 	switch {
 	case isClosed(connClosed) && ctx.Err() == nil:
-		return errors.Join(errConnClosed, fmt.Errorf("worker: start: %w", err))
+		return errors.Join(w.connClosedError(), fmt.Errorf("worker: start: %w", err))
 	case cancelled && ctx.Err() != nil:
 		return nil
 	}
@@ -320,7 +339,9 @@ func (w *Worker) verifyHeartbeat(ctx context.Context, before error) {
 	w.mu.Unlock()
 }
 
-// HealthHandler serves Healthy over HTTP: 200 "ok", or 503 with the reason.
+// HealthHandler serves Healthy over HTTP: 200 "ok", or 503 with the reason. It is a liveness check:
+// it says ok while the components start too (a worker waiting for the store is alive, and restarting
+// it would not help). A readiness check is Status() == wire.StatusReady.
 func (w *Worker) HealthHandler() http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
 		if err := w.Healthy(); err != nil {
@@ -398,7 +419,8 @@ func (w *Worker) cutLeases(hb wire.Heartbeat, size int) []byte {
 }
 
 // Run starts the components and owned goroutines, heartbeats until ctx ends (or an owned goroutine
-// fails, or the NATS connection is closed for good: an error wrapping nats.ErrConnectionClosed), then
+// fails, or the NATS connection is closed for good: an error wrapping nats.ErrConnectionClosed and
+// the reason nats.go gave, nats.ErrAuthorization for a principal no longer configured, say), then
 // stops gracefully: heartbeat draining, stop goroutines and components in reverse order
 // (they release their leases), heartbeat stopping. It returns the first error. Heartbeats go out every
 // interval from the start to the end, "starting" while components start (however long that takes)
@@ -437,8 +459,21 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.mu.Unlock()
 	}()
 	log := w.opts.Logger.With("worker", w.opts.WorkerID)
-	runCtx, cancel := context.WithCancel(ctx)
+	// runCtx is the components' start and the owned goroutines' context. It ends with ctx only while
+	// the components start; once they run, Run ends it itself, after the "draining" heartbeat, so that
+	// the stop is announced before the goroutines stop and release their leases (a standby would
+	// otherwise claim a lease the fleet view still shows this worker "ready" with).
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	var startMu sync.Mutex
+	starting := true
+	defer context.AfterFunc(ctx, func() {
+		startMu.Lock()
+		defer startMu.Unlock()
+		if starting {
+			cancel()
+		}
+	})()
 	// A connection closed for good (not one that is reconnecting) ends the run: nothing the worker does
 	// can reach the store or the media server any more, and its heartbeats are gone. It also ends the
 	// components' start (runCtx), which would otherwise wait for a store it can no longer reach.
@@ -452,7 +487,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 	if w.opts.Conn.IsClosed() {
-		return errConnClosed
+		return w.connClosedError()
 	}
 	// A reconnect sends a heartbeat at once: the worker's entry may have expired while NATS was away.
 	reconnected := w.opts.Conn.StatusChanged(nats.CONNECTED)
@@ -517,11 +552,14 @@ func (w *Worker) Run(ctx context.Context) error {
 			break
 		}
 		if err := c.Start(runCtx); err != nil {
-			runErr = startError(ctx, connClosed, err)
+			runErr = w.startError(ctx, connClosed, err)
 			break
 		}
 		started = append(started, c)
 	}
+	startMu.Lock()
+	starting = false // from now on ctx's end is handled below: draining first, then cancel
+	startMu.Unlock()
 	errs := make(chan error, len(goroutines))
 	var wg sync.WaitGroup
 	switch {
@@ -532,8 +570,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		// its context ends): the worker was never ready. It starts no goroutines and does not
 		// announce "ready" on its way down.
 		if isClosed(connClosed) && ctx.Err() == nil {
-			runErr = errConnClosed
-			log.Error("stopping: the NATS connection is closed for good")
+			runErr = w.connClosedError()
+			log.Error("stopping: the NATS connection is closed for good", "err", runErr)
 		}
 	default:
 		for _, g := range goroutines {
@@ -552,8 +590,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		case runErr = <-errs:
 			log.Error("stopping after a failure", "err", runErr)
 		case <-connClosed:
-			runErr = errConnClosed
-			log.Error("stopping: the NATS connection is closed for good")
+			runErr = w.connClosedError()
+			log.Error("stopping: the NATS connection is closed for good", "err", runErr)
 		}
 	}
 
