@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -65,18 +64,7 @@ func TestWorkerRunAgainStartsAsStarting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := func() wire.Heartbeat {
-		t.Helper()
-		m, err := beats.NextMsg(10 * time.Second)
-		if err != nil {
-			t.Fatalf("no heartbeat: %v", err)
-		}
-		var hb wire.Heartbeat
-		if err := json.Unmarshal(m.Data, &hb); err != nil {
-			t.Fatal(err)
-		}
-		return hb
-	}
+	next := func() wire.Heartbeat { t.Helper(); return nextBeat(t, beats) }
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := w.Run(ctx); err != nil { // a run that stops at once

@@ -88,23 +88,11 @@ func TestWorkerStopReleasesItsLeaseBeforeSayingStopping(t *testing.T) {
 		return once
 	}
 	beats := heartbeats(t, env, "transcoder-a", "w1")
-	nextBeat := func() wire.Heartbeat {
-		t.Helper()
-		m, err := beats.NextMsg(10 * time.Second)
-		if err != nil {
-			t.Fatalf("no heartbeat of w1 within 10 s: %v", err)
-		}
-		var hb wire.Heartbeat
-		if err := json.Unmarshal(m.Data, &hb); err != nil {
-			t.Fatal(err)
-		}
-		return hb
-	}
 	stop1 := start("w1")
 	if ev := next(); ev != "put w1" {
 		t.Fatalf("first change of the lease: %s, want w1's claim", ev)
 	}
-	for hb := nextBeat(); !slices.Equal(hb.Leases, []string{key}); hb = nextBeat() { // its OnStarted runs
+	for hb := nextBeat(t, beats); !slices.Equal(hb.Leases, []string{key}); hb = nextBeat(t, beats) { // its OnStarted runs
 	}
 	start("w2") // the standby
 	if err := stop1(); err != nil {
@@ -127,7 +115,7 @@ func TestWorkerStopReleasesItsLeaseBeforeSayingStopping(t *testing.T) {
 	var last wire.Heartbeat
 	drainedHolding := false
 	for last.Status != wire.StatusStopping {
-		last = nextBeat()
+		last = nextBeat(t, beats)
 		if last.Status == wire.StatusDraining && slices.Equal(last.Leases, []string{key}) {
 			drainedHolding = true
 		}

@@ -192,18 +192,7 @@ func TestWorkerHeartbeatsWhileComponentsStart(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	next := func() wire.Heartbeat {
-		t.Helper()
-		m, err := beats.NextMsg(10 * time.Second)
-		if err != nil {
-			t.Fatalf("no heartbeat: %v", err)
-		}
-		var hb wire.Heartbeat
-		if err := json.Unmarshal(m.Data, &hb); err != nil {
-			t.Fatal(err)
-		}
-		return hb
-	}
+	next := func() wire.Heartbeat { t.Helper(); return nextBeat(t, beats) }
 	for i := range 4 { // four intervals and more: three would expire the entry
 		if hb := next(); hb.Status != wire.StatusStarting {
 			t.Fatalf("heartbeat %d while starting: %+v", i, hb)
