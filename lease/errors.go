@@ -12,8 +12,9 @@ import (
 var ErrHeld = errors.New("lease: held by another holder")
 
 // ErrLost is wrapped by Lease.Err once the lease was lost: a renewal was refused (CONFLICT: someone
-// else's entry, or none), a guarded write proved the entry gone, or renewals did not get through
-// before the safety margin.
+// else's entry, or none), a guarded write proved the entry gone, renewals did not get through
+// before the safety margin, or the client's NATS connection was closed for good (with
+// nats.ErrConnectionClosed).
 var ErrLost = errors.New("lease: lost")
 
 // ErrRestored is wrapped by Lease.Err, with ErrLost, when the store was restored since the claim (a

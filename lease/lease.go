@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/keeppeek/coordination/internal/boottime"
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
@@ -241,7 +243,9 @@ func (l *Lease) Holder() string { return l.o.Holder }
 
 // Lost returns a channel that is closed when the lease ends: a renewal was refused, renewals did not
 // get through before the safety margin ran out (Held turned false), a guarded write showed the entry
-// gone, or Release was called. Err says which.
+// gone, the client's NATS connection was closed for good (errors.Is(err, nats.ErrConnectionClosed):
+// no renewal or write can be sent any more; the entry stays in the store until its TTL), or Release
+// was called. Err says which.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
 // Context returns a context derived from parent that ends, with the lease's Err as its cause, when the
@@ -358,6 +362,16 @@ func (l *Lease) deleteEntry(ctx context.Context) error {
 // run renews the lease, first RenewEvery after the claim was sent, until it is lost or released.
 func (l *Lease) run(ctx context.Context, claimSent boottime.Instant) {
 	defer close(l.done)
+	// A connection closed for good sends no renewal and no write any more: the lease ends as soon as
+	// it closes, not when the safety margin runs out (up to a TTL later), so that a job stops, and an
+	// Elector's Run returns, while nothing it does can reach the store.
+	nc := l.c.Conn()
+	closedCh := nc.StatusChanged(nats.CLOSED)
+	defer nc.RemoveStatusListener(closedCh)
+	if nc.IsClosed() {
+		l.lose(errConnClosed, false)
+		return
+	}
 	t := time.NewTimer(0)
 	defer t.Stop()
 	next := claimSent.Add(l.o.RenewEvery)
@@ -372,6 +386,9 @@ func (l *Lease) run(ctx context.Context, claimSent boottime.Instant) {
 		t.Reset(earlier(next, deadline).Sub(l.o.now()))
 		select {
 		case <-ctx.Done():
+			return
+		case <-closedCh:
+			l.lose(errConnClosed, false)
 			return
 		case <-t.C:
 		}
@@ -411,6 +428,9 @@ func (l *Lease) run(ctx context.Context, claimSent boottime.Instant) {
 		}
 	}
 }
+
+// errConnClosed ends a lease whose NATS connection was closed for good.
+var errConnClosed = fmt.Errorf("%w: its NATS connection is closed, no renewal can be sent: %w", ErrLost, nats.ErrConnectionClosed)
 
 func earlier(a, b boottime.Instant) boottime.Instant {
 	if a.Before(b) {

@@ -324,3 +324,97 @@ func TestGuardedWriteRefusedAgainAfterItsRetryLosesTheLease(t *testing.T) {
 		t.Fatal("a write of a lease whose entry is gone went through")
 	}
 }
+
+// Run must not be called again while it runs: a second call returns an error at once and leaves the
+// first running (Run doc).
+func TestElectorRunTwice(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	started := make(chan struct{})
+	e, err := lease.NewElector(newClient(t, env), lease.ElectorOptions{
+		Options:   opts("leaders/twice", "w1", time.Minute),
+		OnStarted: func(ctx context.Context, _ *lease.Lease) { close(started); <-ctx.Done() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	closed(t, started, "OnStarted")
+	if err := e.Run(ctxT(t)); err == nil {
+		t.Fatal("a second Run while the first runs returned nil")
+	}
+	if !e.Leading() {
+		t.Fatal("the first Run stopped leading after a second call")
+	}
+	cancel()
+	if err := recv(t, done, "Run"); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// Err is ErrReleased after Release unless the lease had been lost before: a lost lease keeps saying
+// why it was lost (ErrReleased doc).
+func TestReleaseOfALostLeaseKeepsItsLoss(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	o := opts(key, "transcoder-a-1", 2*time.Second)
+	l, err := lease.Claim(ctxT(t), newClient(t, env), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.PauseRenewals(l)
+	closed(t, l.Lost(), "Lost once renewals stopped")
+	if err := l.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(l.Err(), lease.ErrLost) || errors.Is(l.Err(), lease.ErrReleased) {
+		t.Fatalf("Err after releasing a lost lease = %v, want the loss", l.Err())
+	}
+}
+
+// A claim whose ctx has ended sends nothing and says so with ctx's error (Claim doc: ctx bounds the
+// claim).
+func TestClaimWithAnEndedContextWritesNothing(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	c := newClient(t, env)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if l, err := lease.Claim(ctx, c, opts(key, "w1", time.Minute)); l != nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Claim with an ended ctx = %v, %v; want context.Canceled", l, err)
+	}
+	if l, err := lease.Campaign(ctx, c, opts(key, "w1", time.Minute)); l != nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Campaign with an ended ctx = %v, %v; want context.Canceled", l, err)
+	}
+	if _, ok := get(t, c, key); ok {
+		t.Fatal("a claim with an ended ctx wrote the lease entry")
+	}
+}
+
+// A standby whose watch the store refuses for good (WATCH_TOO_BROAD: more keys extend the lease key
+// than a snapshot may hold) ends Campaign with that refusal, and Elector.Run with it (Campaign, Run
+// docs).
+func TestElectorEndsOnAWatchTooBroad(t *testing.T) {
+	bounds := wire.DefaultBounds()
+	bounds.MaxSnapshotEntries = 2
+	env := testenv.Start(t, testenv.Options{Bounds: &bounds})
+	admin := newClient(t, env)
+	ctx := ctxT(t)
+	claim(t, newClient(t, env), opts("leaders/x", "w1", time.Minute))
+	for _, x := range []string{"leaders/x1", "leaders/x2"} {
+		if _, err := admin.Put(ctx, wire.PutRequest{Namespace: ns, Key: x, Schema: "keeppeek.observed-status.v1",
+			Document: statusPut(x, "active").Document}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := lease.Campaign(ctx, newClient(t, env), opts("leaders/x", "w2", time.Minute)); !errors.Is(err, wire.ErrWatchTooBroad) {
+		t.Fatalf("Campaign = %v, want WATCH_TOO_BROAD", err)
+	}
+	e, err := lease.NewElector(newClient(t, env), lease.ElectorOptions{Options: opts("leaders/x", "w2", time.Minute),
+		OnStarted: func(ctx context.Context, _ *lease.Lease) { <-ctx.Done() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Run(ctx); !errors.Is(err, wire.ErrWatchTooBroad) {
+		t.Fatalf("Run = %v, want WATCH_TOO_BROAD", err)
+	}
+}

@@ -23,7 +23,7 @@ type options struct {
 	logger  *slog.Logger
 }
 
-// Option configures a Client.
+// Option configures a Client. A nil Option is skipped (as nats.Connect skips a nil nats.Option).
 type Option func(*options)
 
 // WithPrefix sets the subject prefix (default wire.DefaultPrefix, "kp"). It must be one or more NATS
@@ -31,7 +31,7 @@ type Option func(*options)
 func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
 
 // WithRequestTimeout sets how long a request may take when its context has no deadline (default 5 s).
-// A context deadline always wins.
+// A context deadline always wins, a later one too. d must be positive: New refuses 0 and below.
 func WithRequestTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // WithLogger sets the logger (default: discard). Caches log resyncs and failed re-watches on it.
@@ -95,7 +95,9 @@ func New(nc *nats.Conn, principal string, opts ...Option) (*Client, error) {
 	}
 	o := options{prefix: wire.DefaultPrefix, timeout: DefaultRequestTimeout}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil { // skipped, as nats.Connect skips a nil nats.Option
+			opt(&o)
+		}
 	}
 	if !wire.ValidPrefix(o.prefix) {
 		return nil, fmt.Errorf("store/client: invalid subject prefix %q", o.prefix)
