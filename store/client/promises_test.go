@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keeppeek/coordination/internal/syncbuf"
+
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -265,7 +267,7 @@ func TestCacheAfterClose(t *testing.T) {
 // resync is logged there.
 func TestCacheLogsOnTheClientsLogger(t *testing.T) {
 	env := startEnv(t)
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	c := newClient(t, env, alice.ID, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	ctx := ctxT(t)
 	resynced := make(chan struct{}, 4)
@@ -287,21 +289,4 @@ func TestCacheLogsOnTheClientsLogger(t *testing.T) {
 	if !strings.Contains(buf.String(), "state cache resync") {
 		t.Fatalf("the client's logger has no resync: %q", buf.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
