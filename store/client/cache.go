@@ -385,7 +385,8 @@ func (k *Cache) Err() error {
 // Following reports whether the cache follows the store now: its watch is live, and its entries are
 // the store's as of Revision. It is false from the moment the cache drops its watch (a gap, a close, a
 // reconnect, an error: any resync, transient or not, which Err does not report) until the next
-// snapshot is installed, and once the cache is Done; meanwhile the entries are its last word.
+// snapshot is installed (it is true again when OnResync runs for it), and once the cache is Done;
+// meanwhile the entries are its last word.
 func (k *Cache) Following() bool {
 	select {
 	case <-k.done:
@@ -876,6 +877,9 @@ func (k *Cache) attempt() error {
 	}
 	k.epoch = epoch
 	k.stalled = nil
+	// The entries are the new snapshot's and its watch is live: the cache follows from here, and says
+	// so before OnResync runs (a handler that tells its readers "changed" gives them their last word).
+	k.lapsed = false
 	k.mu.Unlock()
 	k.sub, k.in, k.tr, k.acked, k.ackSent = sub, in, newTracker(ws), 0, true
 	if k.installed {
