@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"syscall"
 
 	"github.com/keeppeek/coordination/lease"
 	"github.com/keeppeek/coordination/store/client"
@@ -54,7 +55,9 @@ func ExampleElector() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// A supervisor (systemd, Kubernetes) stops a process with SIGTERM: the leader then releases its
+	// lease, and the standby takes over at once instead of after the TTL.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := e.Run(ctx); err != nil {
 		log.Fatal(err)
