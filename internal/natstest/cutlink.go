@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -14,6 +15,7 @@ type CutLink struct {
 	t      testing.TB
 	target string
 	addr   string
+	frozen atomic.Bool // bytes are dropped, connections kept: see Freeze
 	mu     sync.Mutex
 	ln     net.Listener
 	conns  []net.Conn
@@ -62,8 +64,8 @@ func (l *CutLink) serve(ln net.Listener) {
 			}
 			l.conns = append(l.conns, c, up)
 			l.mu.Unlock()
-			l.wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
-			l.wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
+			l.wg.Go(func() { _, _ = io.Copy(gate{l, up}, c); up.Close() })
+			l.wg.Go(func() { _, _ = io.Copy(gate{l, c}, up); c.Close() })
 		}
 	})
 }
@@ -80,6 +82,27 @@ func (l *CutLink) Cut() {
 		c.Close()
 	}
 	l.conns = nil
+}
+
+// Freeze drops every byte that goes through the link, either way, and keeps its connections open (and
+// takes new ones): a peer that stopped answering without closing anything (a host powered off, a
+// network partition, a paused process), which only a client's own pings can notice. Thaw ends it.
+func (l *CutLink) Freeze() { l.frozen.Store(true) }
+
+// Thaw passes bytes through the link again (what was dropped meanwhile is lost).
+func (l *CutLink) Thaw() { l.frozen.Store(false) }
+
+// gate writes to w what the link passes, and drops it while the link is frozen.
+type gate struct {
+	l *CutLink
+	w io.Writer
+}
+
+func (g gate) Write(p []byte) (int, error) {
+	if g.l.frozen.Load() {
+		return len(p), nil
+	}
+	return g.w.Write(p)
 }
 
 // Mend takes connections again on the link's address.

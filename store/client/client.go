@@ -17,6 +17,11 @@ import (
 // DefaultRequestTimeout bounds a request whose context has no deadline.
 const DefaultRequestTimeout = 5 * time.Second
 
+// PingInterval is how often a connection made by Connect pings its NATS server, unless its options
+// say otherwise: with nats.go's two pings outstanding, a server that stopped answering is given up
+// within three intervals.
+const PingInterval = 5 * time.Second
+
 type options struct {
 	prefix  string
 	timeout time.Duration
@@ -63,15 +68,20 @@ type Client struct {
 // connection is down fails at once with UNAVAILABLE, nothing sent, instead of waiting in the buffer
 // and reaching the store when the connection comes back, perhaps minutes after its caller gave up
 // on it and others wrote the key since (a put without expected_revision would then overwrite a newer
-// value). opts come after those defaults, so they may override the name, MaxReconnects or the
-// buffer, and carry the credentials (nats.UserInfo(principal, password), an nkey, ...); the inbox
-// prefix is always the principal's.
+// value). It pings the server every PingInterval (nats.go's default is 2 minutes): a server that
+// stops answering without closing the connection (its host powered off, a partition, a paused stated
+// with its embedded server) is noticed within three intervals, and the connection reconnects, to
+// another node of a cluster say, instead of holding on for minutes. opts come after those defaults,
+// so they may override the name, MaxReconnects, the buffer or the ping interval, and carry the
+// credentials (nats.UserInfo(principal, password), an nkey, ...); the inbox prefix is always the
+// principal's.
 func Connect(url, principal string, opts ...nats.Option) (*nats.Conn, error) {
 	if !wire.ValidPrincipalID(principal) {
 		return nil, wire.Errorf(wire.CodeInvalidArgument, "invalid principal id %q", principal)
 	}
 	all := make([]nats.Option, 0, len(opts)+4)
-	all = append(all, nats.Name("keeppeek-"+principal), nats.MaxReconnects(-1), nats.ReconnectBufSize(-1))
+	all = append(all, nats.Name("keeppeek-"+principal), nats.MaxReconnects(-1), nats.ReconnectBufSize(-1),
+		nats.PingInterval(PingInterval))
 	all = append(all, opts...)
 	all = append(all, nats.CustomInboxPrefix(wire.InboxPrefix(principal)))
 	nc, err := nats.Connect(url, all...)
