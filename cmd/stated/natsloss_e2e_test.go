@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/keeppeek/coordination/internal/e2e"
+	"github.com/keeppeek/coordination/internal/natsserver"
 	"github.com/keeppeek/coordination/internal/natstest"
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -223,4 +224,24 @@ func TestE2EReconnectedToANATSServerWithASmallerMaxPayload(t *testing.T) {
 	small.WaitForShutdown()
 	startRawNATS(t, &server.Options{Port: port})
 	awaitReadyz(t, s, http.StatusOK, "back on a server with the default max_payload")
+}
+
+// An external NATS server that stops answering without closing stated's connection (its host powered
+// off, a partition): stated's pings find it within about 15 s (not nats.go's default 2 minutes and
+// more): /readyz turns 503, naming NATS, and once the server answers again stated serves again.
+func TestE2EExternalNATSThatStopsAnswering(t *testing.T) {
+	ns := natstest.Start(t, natsserver.Options{})
+	link := natstest.NewCutLink(t, strings.TrimPrefix(ns.ClientURL(), "nats://"))
+	s := e2e.NewStated(t, e2e.Config{NATSURL: link.URL()})
+	s.Start()
+	awaitReadyz(t, s, http.StatusOK, "through the link")
+	link.Freeze()
+	start := time.Now()
+	natstest.Poll(t, 30*time.Second, "/readyz once the NATS server stopped answering", func() (bool, string) {
+		code, body := httpGet(t, s, "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "NATS"), fmt.Sprintf("%d %q", code, body)
+	})
+	t.Logf("stated noticed after %v", time.Since(start))
+	link.Thaw()
+	awaitReadyz(t, s, http.StatusOK, "once the NATS server answers again")
 }

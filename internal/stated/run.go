@@ -290,6 +290,11 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		// stated's own connection to its embedded server is an in-memory pipe, not a loopback socket.
 		connOpts = append(connOpts, nats.InProcessServer(ns.Server))
 	} else {
+		// An external server (a cluster node) that stops answering without closing the connection (its
+		// host powered off, a partition) is noticed by pings only: every 5 s, not nats.go's 2 minutes,
+		// so that stated gives it up within about 15 s and reconnects to another node, instead of
+		// serving nobody for minutes.
+		connOpts = append(connOpts, nats.PingInterval(externalPingInterval))
 		if cfg.NATS.User != "" {
 			connOpts = append(connOpts, nats.UserInfo(cfg.NATS.User, cfg.NATS.Password))
 		}
@@ -406,6 +411,9 @@ func embeddedNATSOptions(cfg *Config, users []natsserver.User) natsserver.Option
 func maxSubsPerConnection(b wire.Bounds) int {
 	return int(min(2*b.MaxWatchesPerPrincipal, 1<<30) + 256)
 }
+
+// externalPingInterval is how often stated pings an external NATS server (see Run).
+const externalPingInterval = 5 * time.Second
 
 // readiness answers /readyz: 200 while stated serves the store; 503 with the reason while it does
 // not: while it starts, when the store never loaded, stopped after a storage error or was closed,
