@@ -21,7 +21,7 @@ func TestAnchoredClockIgnoresWallClockSteps(t *testing.T) {
 	var wall testClock
 	var boot bootClock
 	clk := anchoredClock(wall.now, boot.now)
-	at := func() time.Duration { return clk().Sub(time.Now()) } // the reading's distance from the real clock
+	at := func() time.Duration { return time.Until(clk()) } // the reading's distance from the real clock
 	near := func(what string, got, want time.Duration) {
 		t.Helper()
 		if d := got - want; d < -50*time.Millisecond || d > 50*time.Millisecond {
