@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -37,5 +38,47 @@ func TestHeartbeatOfAWorkerWithManyLeasesStillArrives(t *testing.T) {
 	}
 	if got := len(w.Leases()); got != 300 {
 		t.Fatalf("Leases() has %d keys, want all 300", got)
+	}
+}
+
+// The server's bound counts the whole message, its subject too, not only the body: a heartbeat whose
+// body fits 64 KiB by fewer bytes than its subject has was dropped at every beat (its lease list is
+// the same each time), and the worker, running, was never seen alive. The worker leaves the subject
+// room: its body is cut to fit beside it.
+func TestHeartbeatJustUnderTheBoundWithItsSubjectArrives(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	updates := statusUpdates(t, env)
+	w, err := worker.New(worker.Options{Conn: env.Connect(t, "alice"), Principal: "alice", WorkerID: "tx-big",
+		HeartbeatInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Leases whose heartbeat body is 65,526 bytes: under 64 KiB by 10, fewer than the subject's 28.
+	subject := wire.HeartbeatSubject(wire.DefaultPrefix, "alice", "tx-big")
+	const target = 65536 - 10
+	body := func(leases []string) int {
+		b, _ := json.Marshal(wire.Heartbeat{WorkerID: "tx-big", Service: "alice", Sequence: 1, SentAtMs: time.Now().UnixMilli(),
+			IntervalMs: 100, Status: wire.StatusReady, Leases: leases})
+		return len(b)
+	}
+	var leases []string
+	for i := 0; body(leases) < target-300; i++ {
+		leases = append(leases, fmt.Sprintf("leases/%03d-%s", i, strings.Repeat("x", 240)))
+	}
+	last := fmt.Sprintf("leases/999-%s", strings.Repeat("y", target-body(leases)-3-len("leases/999-")))
+	leases = append(leases, last)
+	if n := body(leases); n != target || n+len(subject) <= 65536 {
+		t.Fatalf("the heartbeat body is %d bytes with a %d-byte subject, want %d", n, len(subject), target)
+	}
+	for _, l := range leases {
+		w.HoldLease(l)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	st := waitStatus(t, updates, func(s wire.WorkerStatus) bool { return s.Status == wire.StatusReady })
+	if len(st.Leases) == 0 || len(st.Leases) == len(leases) {
+		t.Fatalf("the worker's entry lists %d of %d leases, want all but the last few", len(st.Leases), len(leases))
 	}
 }

@@ -375,13 +375,14 @@ func (w *Worker) heartbeat() error {
 		SentAtMs: time.Now().UnixMilli(), IntervalMs: w.opts.HeartbeatInterval.Milliseconds(), Status: w.status,
 		Leases: w.leaseListLocked()}
 	w.mu.Unlock()
+	subject := wire.HeartbeatSubject(w.opts.Prefix, w.opts.Principal, w.opts.WorkerID)
 	body, _ := json.Marshal(hb)
-	if len(body) > maxHeartbeatBytes {
-		body = w.cutLeases(hb, len(body))
+	if limit := maxHeartbeatBytes - len(subject); len(body) > limit {
+		body = w.cutLeases(hb, len(body), limit)
 	} else {
 		w.leftOut = 0
 	}
-	err := w.opts.Conn.Publish(wire.HeartbeatSubject(w.opts.Prefix, w.opts.Principal, w.opts.WorkerID), body)
+	err := w.opts.Conn.Publish(subject, body)
 	w.mu.Lock()
 	w.lastErr = err
 	if err == nil {
@@ -391,17 +392,18 @@ func (w *Worker) heartbeat() error {
 	return err
 }
 
-// maxHeartbeatBytes bounds a heartbeat's body: the state server drops a larger one (64 KiB, or four
-// times max_document_bytes when that is more) as breaking a rule, and the worker's entry would expire
-// while it runs. A worker status lists only as many leases as max_document_bytes holds anyway.
+// maxHeartbeatBytes bounds a heartbeat message, its subject and body (the worker sends no headers):
+// the state server drops a larger one (64 KiB, or four times max_document_bytes when that is more) as
+// breaking a rule, and the worker's entry would expire while it runs. A worker status lists only as
+// many leases as max_document_bytes holds anyway.
 const maxHeartbeatBytes = 65536
 
 // cutLeases returns the body of hb, size bytes encoded, with its lease list cut from the end (it is
 // sorted, so the same leases are left out of every heartbeat, and steady heartbeats stay keepalives)
-// until it fits in maxHeartbeatBytes. w.hbMu must be held. The leases left out are still held, and
-// their entries still say so; only the fleet view does not list them.
-func (w *Worker) cutLeases(hb wire.Heartbeat, size int) []byte {
-	over, n := size-maxHeartbeatBytes, len(hb.Leases)
+// until it fits in limit bytes. w.hbMu must be held. The leases left out are still held, and their
+// entries still say so; only the fleet view does not list them.
+func (w *Worker) cutLeases(hb wire.Heartbeat, size, limit int) []byte {
+	over, n := size-limit, len(hb.Leases)
 	for over > 0 && n > 0 {
 		n--
 		over -= len(hb.Leases[n]) + 3 // its quotes and comma: a valid key needs no JSON escapes
