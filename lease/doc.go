@@ -36,9 +36,10 @@
 // Held false and Guard void at once, and its renewal loop ends the lease (ErrLost) when it next wakes,
 // within RenewEvery, instead of renewing. The store times deadlines the same way (the wall clock read
 // when it opened, advanced by its CLOCK_BOOTTIME), so a step of the state server's wall clock (an NTP
-// step, an operator's date) expires no lease early. What the safety margin cannot cover is such a
-// step between a stop of the state server and its next start, which reads the wall clock again: a
-// lease whose deadline the step passed is expired at that start, and Held, and an Elector's job, may
+// step, an operator's date) expires no lease early, whether it ran or was stopped then (its next start
+// on the same boot moves the deadlines with the step). What the safety margin cannot cover is such a
+// step across a reboot of the state server's machine, where only the wall clock tells the time between:
+// a lease whose deadline the step passed is expired at that start, and Held, and an Elector's job, may
 // go on until the holder's next renewal (due within RenewEvery) is refused. The store's guard still
 // refuses every write of the former holder (Put, Delete, SaveOffset); work it does outside the store is
 // not fenced.

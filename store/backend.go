@@ -39,6 +39,8 @@ type loaded struct {
 	// database of the current format, one without a record was never served from its file, and
 	// only its revision (clients saw every revision up to it) is known.
 	unrecorded bool
+	// anchor is the clock anchor the last run recorded (nil: none; see clockAnchor).
+	anchor *clockAnchor
 }
 
 // settingsRecord is what the store last served from a settings-backed namespace: the namespace
@@ -108,6 +110,7 @@ type batch struct {
 	totalBytes int64                // database-backed document bytes after the batch
 	audit      []auditRecord
 	settings   map[string]*settingsChange // the records of the settings-backed namespaces the batch touched
+	anchor     *clockAnchor               // when set, recorded as this run's clock anchor
 }
 
 // settingsChange updates one namespace's settingsRecord: its revision becomes revision, each key of

@@ -60,6 +60,7 @@ var (
 	metaFormat          = []byte("format")
 	metaEpoch           = []byte("epoch")
 	metaTotalBytes      = []byte("total_bytes")
+	metaClockAnchor     = []byte("clock_anchor")
 	metaAuditHead       = []byte("audit_head")
 	metaAuditCheckpoint = []byte("audit_checkpoint")
 
@@ -480,7 +481,7 @@ func loadTx(tx *bolt.Tx, rules *loadRules) (*loaded, error) {
 	if format != formatVersion {
 		return nil, fmt.Errorf("unsupported format version %d (this build reads %d)", format, formatVersion)
 	}
-	ld := &loaded{epoch: string(meta.Get(metaEpoch)), spaces: map[string]*loadedSpace{}}
+	ld := &loaded{epoch: string(meta.Get(metaEpoch)), spaces: map[string]*loadedSpace{}, anchor: decodeAnchor(meta.Get(metaClockAnchor))}
 	if ld.epoch == "" {
 		return nil, errors.New("epoch is missing")
 	}
@@ -806,6 +807,12 @@ func (b *boltBackend) write(tx *bolt.Tx, bt *batch) error {
 	meta := tx.Bucket(bucketMeta)
 	if err := meta.Put(metaTotalBytes, []byte(strconv.FormatInt(bt.totalBytes, 10))); err != nil {
 		return err
+	}
+	if bt.anchor != nil {
+		v, _ := json.Marshal(bt.anchor)
+		if err := meta.Put(metaClockAnchor, v); err != nil {
+			return err
+		}
 	}
 	if len(bt.audit) == 0 {
 		return nil

@@ -22,7 +22,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Clock gives the time used for timestamps and lease deadlines. Default: the wall clock as read
 	// at Open, advanced from then on by CLOCK_BOOTTIME (see anchoredClock): a wall clock stepped while
-	// the store runs moves neither its deadlines nor its stamps.
+	// the store runs moves neither its deadlines nor its stamps, and one stepped while it was stopped
+	// (on the same boot) moves its lease deadlines with it at the next Open.
 	Clock func() time.Time
 	// Settings maps a namespace to the backend that holds its entries instead of the database
 	// (settings-backed namespaces, SPEC section 6). Default: none.
@@ -98,7 +99,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.Logger = slog.Default()
 	}
 	if o.Clock == nil {
-		o.Clock = defaultClock()
+		o.Clock, _ = defaultClock()
 	}
 	if o.AuditRetention == 0 {
 		o.AuditRetention = d.AuditRetention

@@ -25,6 +25,7 @@ import (
 // gives the reason.
 type Store struct {
 	opts    Options
+	anchor  *clockAnchor // this run's clock anchor, recorded at Open (nil: an injected clock, or none readable)
 	schemas *schema.Registry
 	be      backend
 	reason  error                 // non-nil: unavailable
@@ -73,6 +74,10 @@ type Store struct {
 // building. Settings-backed namespaces are read here (and again by ReloadSettings and before every
 // write to them): see SettingsBackend for how an edit made to their files is served.
 func Open(path string, opts Options) (*Store, error) {
+	var anchor *clockAnchor
+	if opts.Clock == nil {
+		opts.Clock, anchor = defaultClock()
+	}
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -83,6 +88,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		opts:    opts,
+		anchor:  anchor,
 		schemas: reg,
 		spaces:  map[string]*space{},
 		wake:    make(chan struct{}, 1),
@@ -123,6 +129,10 @@ func (s *Store) load(path string) error {
 		return fmt.Errorf("load %s: %w", path, err)
 	}
 	s.be = be
+	if s.opts.InMemory {
+		s.anchor = nil // nothing outlives the run: no next start to anchor
+	}
+	moved := s.followWallClock(ld)
 	fileRevs, err := s.replay(ld)
 	if err != nil {
 		_ = be.close()
@@ -131,6 +141,10 @@ func (s *Store) load(path string) error {
 	if err := s.reconcileSettings(ld, fileRevs); err != nil {
 		_ = be.close()
 		return fmt.Errorf("record the revisions of settings namespaces: %w", err)
+	}
+	if err := s.recordClock(moved); err != nil {
+		_ = be.close()
+		return fmt.Errorf("record the clock: %w", err)
 	}
 	// Restart purge (SPEC section 6): overdue leases are expired, in deadline order, before serving.
 	if err := s.runBatch(nil); err != nil {

@@ -47,3 +47,9 @@ var start = time.Now()
 // monotonic is the fallback clock: the monotonic time since the process started, plus one so that no
 // reading is zero.
 func monotonic() time.Duration { return time.Since(start) + 1 }
+
+// SinceBoot returns CLOCK_BOOTTIME, the time since the machine booted (its suspends included), with
+// the id of that boot: a reading another process of the same boot can compare with its own (a
+// process restarted on the same machine measures how long it was gone). ok is false where either
+// cannot be read (not Linux).
+func SinceBoot() (d time.Duration, bootID string, ok bool) { return sinceBoot() }

@@ -1,6 +1,9 @@
 package boottime
 
 import (
+	"os"
+	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,4 +26,21 @@ func now() time.Duration {
 		panic("boottime: CLOCK_BOOTTIME: " + err.Error())
 	}
 	return time.Duration(ts.Nano())
+}
+
+// bootID is the kernel's id of the current boot, read once ("" when it cannot be).
+var bootID = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+})
+
+func sinceBoot() (time.Duration, string, bool) {
+	id := bootID()
+	if !useBoot || id == "" {
+		return 0, "", false
+	}
+	return now(), id, true
 }

@@ -24,3 +24,21 @@ func TestNowIsTheTimeSinceBootOnLinux(t *testing.T) {
 		t.Fatalf("the clock reads %v since boot; /proc/uptime says %v", got, uptime)
 	}
 }
+
+// SinceBoot reads the same clock as Now, with the kernel's id of this boot, which another process of
+// the same boot reads too.
+func TestSinceBootOnLinux(t *testing.T) {
+	before := Now()
+	d, id, ok := SinceBoot()
+	after := Now()
+	if !ok || d < before.Sub(Instant{}) || d > after.Sub(Instant{}) {
+		t.Fatalf("SinceBoot = %v, %q, %v; want ok and a reading between %v and %v", d, id, ok, before.Sub(Instant{}), after.Sub(Instant{}))
+	}
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.TrimSpace(string(b)); id != want || len(id) != 36 {
+		t.Fatalf("boot id %q, want %q", id, want)
+	}
+}
