@@ -17,22 +17,12 @@ import (
 // 64 KiB (SPEC section 11: a heartbeat that breaks a rule is dropped), so a worker that listed them
 // all would never be seen alive. Its heartbeats list as many as fit, and it stays in the fleet.
 func TestHeartbeatOfAWorkerWithManyLeasesStillArrives(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{})
-	updates := statusUpdates(t, env)
-	w, err := worker.New(worker.Options{Conn: env.Connect(t, "alice"), Principal: "alice", WorkerID: "tx-big",
-		HeartbeatInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	long := strings.Repeat("x", 240)
+	var leases []string
 	for i := range 300 { // 300 keys of ~250 bytes: about 75 KB of lease keys
-		w.HoldLease(fmt.Sprintf("leases/%03d-%s", i, long))
+		leases = append(leases, fmt.Sprintf("leases/%03d-%s", i, long))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	st := waitStatus(t, updates, func(s wire.WorkerStatus) bool { return s.Status == wire.StatusReady })
+	w, st := readyHolding(t, leases)
 	if len(st.Leases) == 0 || st.Leases[0] != fmt.Sprintf("leases/000-%s", long) {
 		t.Fatalf("the worker's entry lists %d leases, want the first of them", len(st.Leases))
 	}
@@ -46,13 +36,6 @@ func TestHeartbeatOfAWorkerWithManyLeasesStillArrives(t *testing.T) {
 // the same each time), and the worker, running, was never seen alive. The worker leaves the subject
 // room: its body is cut to fit beside it.
 func TestHeartbeatJustUnderTheBoundWithItsSubjectArrives(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{})
-	updates := statusUpdates(t, env)
-	w, err := worker.New(worker.Options{Conn: env.Connect(t, "alice"), Principal: "alice", WorkerID: "tx-big",
-		HeartbeatInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Leases whose heartbeat body is 65,526 bytes: under 64 KiB by 10, fewer than the subject's 28.
 	subject := wire.HeartbeatSubject(wire.DefaultPrefix, "alice", "tx-big")
 	const target = 65536 - 10
@@ -70,15 +53,29 @@ func TestHeartbeatJustUnderTheBoundWithItsSubjectArrives(t *testing.T) {
 	if n := body(leases); n != target || n+len(subject) <= 65536 {
 		t.Fatalf("the heartbeat body is %d bytes with a %d-byte subject, want %d", n, len(subject), target)
 	}
+	_, st := readyHolding(t, leases)
+	if len(st.Leases) == 0 || len(st.Leases) == len(leases) {
+		t.Fatalf("the worker's entry lists %d of %d leases, want all but the last few", len(st.Leases), len(leases))
+	}
+}
+
+// readyHolding runs alice's worker tx-big, heartbeating every 100 ms, holding leases, until the test
+// ends, and returns it with the first worker status that says ready (failing the test if none comes).
+func readyHolding(t *testing.T, leases []string) (*worker.Worker, wire.WorkerStatus) {
+	t.Helper()
+	env := testenv.Start(t, testenv.Options{})
+	updates := statusUpdates(t, env)
+	w, err := worker.New(worker.Options{Conn: env.Connect(t, "alice"), Principal: "alice", WorkerID: "tx-big",
+		HeartbeatInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, l := range leases {
 		w.HoldLease(l)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	st := waitStatus(t, updates, func(s wire.WorkerStatus) bool { return s.Status == wire.StatusReady })
-	if len(st.Leases) == 0 || len(st.Leases) == len(leases) {
-		t.Fatalf("the worker's entry lists %d of %d leases, want all but the last few", len(st.Leases), len(leases))
-	}
+	t.Cleanup(func() { cancel(); <-done })
+	return w, waitStatus(t, updates, func(s wire.WorkerStatus) bool { return s.Status == wire.StatusReady })
 }
