@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -213,5 +214,38 @@ func TestDiskFullPutsTheSettingsFileBack(t *testing.T) {
 	}
 	if r := nsRevision(t, s, ns); r != last {
 		t.Fatalf("namespace revision %d after the failed commit, want %d", r, last)
+	}
+}
+
+// A start on a full disk serves what the database holds. Here the wall clock stepped while the store
+// was stopped, so the start moves every lease's deadline, and the commit that records them (with the
+// clock's anchor) needs room the disk no longer has: the moved deadlines are served from memory (the
+// next start moves them again from the anchor recorded before), and the store is served, not left
+// unavailable.
+func TestStartOnAFullDiskServes(t *testing.T) {
+	h := installHostClocks(t)
+	dir := mountTmpfs(t, "4m")
+	path := filepath.Join(dir, "state-store.db")
+	s := openAt(t, path, DefaultOptions())
+	const ns = "service/disk"
+	const leases = 3000
+	first := mustPut(t, s, admin, ttlPut(ns, "leases/0000", time.Hour.Milliseconds()))
+	for i := 1; i < leases; i++ {
+		mustPut(t, s, admin, ttlPut(ns, fmt.Sprintf("leases/%04d", i), time.Hour.Milliseconds()))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fillFile(t, filepath.Join(dir, "filler")); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the disk: %v", err)
+	}
+	h.step(2 * time.Hour)
+	s = openAt(t, path, DefaultOptions())
+	if err := s.Serving(); err != nil {
+		t.Fatalf("a store started on a full disk is not served: %v", err)
+	}
+	e, err := s.Get(ctxT(t), admin, wire.GetRequest{Namespace: ns, Key: "leases/0000"})
+	if err != nil || e.Revision != first.Revision || e.ExpiresAtMs-first.ExpiresAtMs < time.Hour.Milliseconds() {
+		t.Fatalf("a lease on a full disk: %+v, %v; want it live, its deadline moved by the step from %d", e, err, first.ExpiresAtMs)
 	}
 }

@@ -143,8 +143,9 @@ func (s *Store) load(path string) error {
 		return fmt.Errorf("record the revisions of settings namespaces: %w", err)
 	}
 	if err := s.recordClock(moved); err != nil {
-		_ = be.close()
-		return fmt.Errorf("record the clock: %w", err)
+		// Not a reason to serve nothing (a full disk still serves reads): the deadlines moved are in
+		// memory, and the next start moves them again from the anchor recorded before, which stays.
+		s.opts.Logger.Warn("the store's clock anchor was not recorded: a wall clock step before the next start will not be followed", "err", err)
 	}
 	// Restart purge (SPEC section 6): overdue leases are expired, in deadline order, before serving.
 	if err := s.runBatch(nil); err != nil {
