@@ -106,8 +106,7 @@ func (s *Store) followWallClock(ld *loaded) []change {
 }
 
 // recordClock commits the anchor of this run's clock, with the lease deadlines followWallClock moved.
-// When it fails, the database keeps the previous anchor and deadlines, from which the next start
-// moves them again, as this one did in memory.
+// When it fails the database keeps the previous anchor and deadlines (see Store.load).
 func (s *Store) recordClock(moved []change) error {
 	if s.anchor == nil {
 		return nil

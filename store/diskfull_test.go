@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -217,18 +218,18 @@ func TestDiskFullPutsTheSettingsFileBack(t *testing.T) {
 	}
 }
 
-// A start on a full disk serves what the database holds. Here the wall clock stepped while the store
-// was stopped, so the start moves every lease's deadline, and the commit that records them (with the
-// clock's anchor) needs room the disk no longer has: the moved deadlines are served from memory (the
-// next start moves them again from the anchor recorded before), and the store is served, not left
-// unavailable.
-func TestStartOnAFullDiskServes(t *testing.T) {
+// A start that moves the lease deadlines with a wall clock step taken while the store was stopped must
+// record them, with its clock's anchor, before it serves: served from memory, they would be written by
+// later commits beside entries the database still holds in the old time, under the old anchor, and the
+// next start could not tell them apart. On a disk too full for that commit the store is unavailable,
+// with the reason, and changes nothing; once there is room, the next start moves and records them.
+func TestStartThatCannotRecordMovedDeadlines(t *testing.T) {
 	h := installHostClocks(t)
 	dir := mountTmpfs(t, "4m")
 	path := filepath.Join(dir, "state-store.db")
 	s := openAt(t, path, DefaultOptions())
 	const ns = "service/disk"
-	const leases = 3000
+	const leases = 1500
 	first := mustPut(t, s, admin, ttlPut(ns, "leases/0000", time.Hour.Milliseconds()))
 	for i := 1; i < leases; i++ {
 		mustPut(t, s, admin, ttlPut(ns, fmt.Sprintf("leases/%04d", i), time.Hour.Milliseconds()))
@@ -236,16 +237,25 @@ func TestStartOnAFullDiskServes(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := fillFile(t, filepath.Join(dir, "filler")); !errors.Is(err, syscall.ENOSPC) {
+	filler := filepath.Join(dir, "filler")
+	if err := fillFile(t, filler); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("filling the disk: %v", err)
 	}
 	h.step(2 * time.Hour)
-	s = openAt(t, path, DefaultOptions())
-	if err := s.Serving(); err != nil {
-		t.Fatalf("a store started on a full disk is not served: %v", err)
+	s, err := Open(path, DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
 	}
+	if r := s.Unavailable(); r == nil || !strings.Contains(r.Error(), "moved with the wall clock") {
+		t.Fatalf("a start that could not record the moved deadlines: %v, want unavailable naming them", r)
+	}
+	_ = s.Close()
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	s = openAt(t, path, DefaultOptions())
 	e, err := s.Get(ctxT(t), admin, wire.GetRequest{Namespace: ns, Key: "leases/0000"})
 	if err != nil || e.Revision != first.Revision || e.ExpiresAtMs-first.ExpiresAtMs < time.Hour.Milliseconds() {
-		t.Fatalf("a lease on a full disk: %+v, %v; want it live, its deadline moved by the step from %d", e, err, first.ExpiresAtMs)
+		t.Fatalf("a lease once there is room: %+v, %v; want it live, its deadline moved by the step from %d", e, err, first.ExpiresAtMs)
 	}
 }

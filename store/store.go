@@ -143,9 +143,16 @@ func (s *Store) load(path string) error {
 		return fmt.Errorf("record the revisions of settings namespaces: %w", err)
 	}
 	if err := s.recordClock(moved); err != nil {
-		// Not a reason to serve nothing (a full disk still serves reads): the deadlines moved are in
-		// memory, and the next start moves them again from the anchor recorded before, which stays.
-		s.opts.Logger.Warn("the store's clock anchor was not recorded: a wall clock step before the next start will not be followed", "err", err)
+		if len(moved) > 0 {
+			// Served from memory, the moved deadlines would be written by later commits beside
+			// entries the database still holds in the old time, under the old anchor: the next start
+			// could not tell them apart.
+			_ = be.close()
+			return fmt.Errorf("record the lease deadlines moved with the wall clock's step: %w", err)
+		}
+		// Nothing moved: the anchor recorded before still tells this run's time (within a second),
+		// so a full disk, which still serves reads, is no reason to serve nothing.
+		s.opts.Logger.Warn("the store's clock anchor was not recorded; the one recorded before stands", "err", err)
 	}
 	// Restart purge (SPEC section 6): overdue leases are expired, in deadline order, before serving.
 	if err := s.runBatch(nil); err != nil {
