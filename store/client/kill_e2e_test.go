@@ -29,20 +29,55 @@ type regStates map[regState]bool
 
 // outcomeLog checks, for one writer of one key, that what the client reported is what the store did:
 // a write reported successful committed; a *wire.Error means nothing committed; any other error
-// (no reply) may or may not have committed. A read narrows the states to the one it saw.
+// (no reply) may or may not have committed. A read narrows the states to the one it saw, and to what
+// the writes still pending (below) may make of it.
+//
+// A write of unknown outcome stays open after a read: stated answers no reply to a request whose
+// client gave up but may still commit it later (store/server's errorResult), so a read that does not
+// see it yet does not mean it never lands. Such a write is kept in pending, as its CAS's expected
+// revision and its holder, and may apply whenever the key is at that revision; it is dropped once
+// every state the key may be in is past that revision.
 type outcomeLog struct {
-	t      *testing.T
-	ns     string
-	states regStates
-	ops    []string
+	errorf  func(format string, args ...any)
+	ns      string
+	states  regStates
+	pending regStates
+	ops     []string
 }
 
 func newOutcomeLog(t *testing.T, ns string) *outcomeLog {
-	return &outcomeLog{t: t, ns: ns, states: regStates{{}: true}}
+	return &outcomeLog{errorf: t.Errorf, ns: ns, states: regStates{{}: true}, pending: regStates{}}
 }
 
 func (o *outcomeLog) fail(format string, args ...any) {
-	o.t.Errorf("%s: %s\nhistory:\n%v", o.ns, fmt.Sprintf(format, args...), o.ops)
+	o.errorf("%s: %s\nhistory:\n%v", o.ns, fmt.Sprintf(format, args...), o.ops)
+}
+
+// settle adds to the states every one a pending write may lead to, and forgets the pending writes
+// no state can take any more.
+func (o *outcomeLog) settle() {
+	for grew := true; grew; {
+		grew = false
+		for s := range o.states {
+			for p := range o.pending {
+				if next := (regState{p.rev + 1, p.holder}); p.rev == s.rev && !o.states[next] {
+					o.states[next] = true
+					grew = true
+				}
+			}
+		}
+	}
+	for p := range o.pending {
+		open := false
+		for s := range o.states {
+			if s.rev <= p.rev {
+				open = true
+			}
+		}
+		if !open {
+			delete(o.pending, p)
+		}
+	}
 }
 
 // put records a CAS put (expected revision exp, document holder) and what the client said.
@@ -71,17 +106,16 @@ func (o *outcomeLog) put(exp uint64, holder string, e wire.Entry, err error) {
 		// The client says nothing was written.
 		next = o.states
 	default:
-		// Unknown: either.
+		// Unknown: either, now or later.
 		for s := range o.states {
 			next[s] = true
-			if s.rev == exp {
-				next[regState{exp + 1, holder}] = true
-			}
 		}
+		o.pending[regState{exp, holder}] = true
 	}
 	if len(next) > 0 {
 		o.states = next
 	}
+	o.settle()
 }
 
 func (o *outcomeLog) hasRev(rev uint64) bool {
@@ -100,6 +134,7 @@ func (o *outcomeLog) read(got regState) {
 		o.fail("read %+v, which none of the reported outcomes allows (%v)", got, o.states)
 	}
 	o.states = regStates{got: true}
+	o.settle()
 }
 
 // readBack reads the key until the store answers; it returns the state seen.
@@ -376,5 +411,65 @@ func checkSettled(t *testing.T, ctx context.Context, round int, caches []watched
 				t.Fatalf("round %d cache %d: cache %s, handlers %s, store %s", round, i, got[j].String(), h.String(), e.String())
 			}
 		}
+	}
+}
+
+// The outcome model keeps a write of unknown outcome open past a read that does not show it (stated
+// may commit a request after its client gave up), and still refuses outcomes no report allows.
+func TestOutcomeLogKeepsAnUnansweredWriteOpen(t *testing.T) {
+	var failures []string
+	model := func() *outcomeLog {
+		failures = nil
+		o := newOutcomeLog(t, "service/model")
+		o.errorf = func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
+		return o
+	}
+	conflict := func(cur uint64) error {
+		return &wire.Error{Code: wire.CodeConflict, CurrentRevision: &cur}
+	}
+	unanswered := context.DeadlineExceeded
+
+	// The history TestE2EWriteOutcomesAcrossKills once saw: a put times out, a read still shows the
+	// revision before it, the put commits after all, and the next CAS from that revision conflicts.
+	o := model()
+	o.put(0, "w-0", wire.Entry{Revision: 1}, nil)
+	o.put(1, "w-1", wire.Entry{}, unanswered)
+	o.read(regState{1, "w-0"})
+	o.put(1, "w-2", wire.Entry{}, conflict(2))
+	o.put(2, "w-3", wire.Entry{Revision: 3}, nil)
+	o.read(regState{3, "w-3"})
+	if len(failures) != 0 {
+		t.Fatalf("a late commit of an unanswered write was refused: %v", failures)
+	}
+	if len(o.pending) != 0 {
+		t.Fatalf("pending %v after the key moved past every unanswered write", o.pending)
+	}
+
+	// Without an unanswered write, the same conflict is impossible.
+	o = model()
+	o.put(0, "w-0", wire.Entry{Revision: 1}, nil)
+	o.read(regState{1, "w-0"})
+	o.put(1, "w-2", wire.Entry{}, conflict(2))
+	if len(failures) == 0 {
+		t.Fatal("a conflict no write explains was accepted")
+	}
+
+	// An unanswered write may land after a read, but not as another holder's document.
+	o = model()
+	o.put(0, "w-1", wire.Entry{}, unanswered)
+	o.read(regState{})
+	o.read(regState{1, "w-9"})
+	if len(failures) == 0 {
+		t.Fatal("a read of a document no write carried was accepted")
+	}
+
+	// Once the key is past its expected revision, the unanswered write can no longer land.
+	o = model()
+	o.put(0, "w-1", wire.Entry{}, unanswered)
+	o.read(regState{})
+	o.put(0, "w-2", wire.Entry{Revision: 1}, nil)
+	o.read(regState{2, "w-1"})
+	if len(failures) == 0 {
+		t.Fatal("an unanswered write landed on a revision its CAS did not expect")
 	}
 }
