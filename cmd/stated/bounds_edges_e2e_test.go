@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 
 	"github.com/keeppeek/coordination/internal/e2e"
 	"github.com/keeppeek/coordination/internal/natsserver"
@@ -131,12 +130,7 @@ func TestE2EExternalNATSWithASmallMaxPayload(t *testing.T) {
 
 	s := e2e.NewStated(t, e2e.Config{NATSURL: ns.ClientURL()})
 	s.Start()
-	nc, err := nats.Connect(ns.ClientURL(), nats.CustomInboxPrefix(wire.InboxPrefix("dev")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	c := &rawConn{t: t, nc: nc, principal: "dev"}
+	c := dialRaw(t, s, nil, "dev")
 	c.subscribeWatch(">")
 	const ns1 = "service/small-payload"
 	for i := range 3 {
