@@ -457,26 +457,19 @@ func (a *app) report(err error) int {
 	if a.g.json && !(errors.As(err, &ce) && ce.answered) {
 		// With --json a failure is a JSON document on stdout too, as a success is: a script reads
 		// the code (and a CONFLICT's current_revision) without parsing the line on stderr.
-		_ = writeJSON(a.stdout, wire.Result{OK: false, Error: jsonError(err, label, msg, a.g.natsURL)})
+		_ = writeJSON(a.stdout, wire.Result{OK: false, Error: jsonError(err, label, msg)})
 	}
 	return code
 }
 
-// jsonError is the error object --json prints for err: the server's own when it answered one (its
-// message without the current_revision the field carries), else label and msg.
-func jsonError(err error, label, msg, natsURL string) *wire.Error {
-	var we *wire.Error
-	if errors.As(err, &we) && string(we.Code) == label && error(we) == err {
-		return &wire.Error{Code: we.Code, Message: natsurl.RedactIn(we.Message, natsURL), CurrentRevision: we.CurrentRevision}
-	}
+// jsonError is the error object --json prints for err, which classify labelled label with the
+// message msg: for a server's answer, its current_revision goes in the field, not in the message.
+func jsonError(err error, label, msg string) *wire.Error {
 	out := &wire.Error{Code: wire.Code(label), Message: msg}
-	if errors.As(err, &we) && string(we.Code) == label {
+	var we *wire.Error
+	if errors.As(err, &we) && string(we.Code) == label && we.CurrentRevision != nil {
 		out.CurrentRevision = we.CurrentRevision
-		// msg is the wrapping error's text, which ends with the wire error's: keep its message
-		// without the " (current_revision R)" the field carries.
-		if we.CurrentRevision != nil {
-			out.Message = strings.TrimSuffix(msg, fmt.Sprintf(" (current_revision %d)", *we.CurrentRevision))
-		}
+		out.Message = strings.TrimSuffix(msg, fmt.Sprintf(" (current_revision %d)", *we.CurrentRevision))
 	}
 	return out
 }
