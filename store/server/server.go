@@ -561,7 +561,8 @@ func (s *Server) handler(op wire.Op) micro.HandlerFunc {
 			// What waits is a copy of the request's body, not the message: nats.go keeps the body in
 			// the buffer its headers came in, and a header block it cannot decode (so not counted
 			// above) would be held with it.
-			queued := &detachedRequest{nc: s.nc, subject: req.Subject(), reply: req.Reply(), data: bytes.Clone(req.Data())}
+			queued := s.detach(req)
+			queued.data = bytes.Clone(queued.data)
 			switch s.queues.offer(toks[0], func() { s.serve(op, queued, start) }) {
 			case offerFull:
 				err := s.st.Serving() // SPEC section 5, check (0), comes first
