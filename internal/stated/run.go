@@ -30,6 +30,7 @@ import (
 	"github.com/keeppeek/coordination/internal/natsurl"
 	"github.com/keeppeek/coordination/internal/settingsfile"
 	"github.com/keeppeek/coordination/store"
+	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/server"
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -291,10 +292,10 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		connOpts = append(connOpts, nats.InProcessServer(ns.Server))
 	} else {
 		// An external server (a cluster node) that stops answering without closing the connection (its
-		// host powered off, a partition) is noticed by pings only: every 5 s, not nats.go's 2 minutes,
-		// so that stated gives it up within about 15 s and reconnects to another node, instead of
-		// serving nobody for minutes.
-		connOpts = append(connOpts, nats.PingInterval(externalPingInterval))
+		// host powered off, a partition) is noticed by pings only: as often as clients ping theirs (5 s,
+		// not nats.go's 2 minutes), so that stated gives it up within about 15 s and reconnects to
+		// another node, instead of serving nobody for minutes.
+		connOpts = append(connOpts, nats.PingInterval(client.PingInterval))
 		if cfg.NATS.User != "" {
 			connOpts = append(connOpts, nats.UserInfo(cfg.NATS.User, cfg.NATS.Password))
 		}
@@ -411,9 +412,6 @@ func embeddedNATSOptions(cfg *Config, users []natsserver.User) natsserver.Option
 func maxSubsPerConnection(b wire.Bounds) int {
 	return int(min(2*b.MaxWatchesPerPrincipal, 1<<30) + 256)
 }
-
-// externalPingInterval is how often stated pings an external NATS server (see Run).
-const externalPingInterval = 5 * time.Second
 
 // readiness answers /readyz: 200 while stated serves the store; 503 with the reason while it does
 // not: while it starts, when the store never loaded, stopped after a storage error or was closed,
