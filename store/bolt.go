@@ -396,18 +396,28 @@ func (b *boltBackend) initialize(epoch string) error {
 }
 
 // migrate brings an older format up to formatVersion, and returns the format it migrated from (0:
-// none, the database is of the current format or not one load accepts).
+// none, the database is of the current format or not one load accepts). A database that needs no
+// migration is only read: a start commits nothing for it.
 func (b *boltBackend) migrate() (from int, err error) {
-	err = b.update(func(tx *bolt.Tx) error {
-		from = 0
+	older := func(tx *bolt.Tx) (int, bool) {
 		m := tx.Bucket(bucketMeta)
 		if m == nil {
-			return nil // load reports it
+			return 0, false // load reports it
 		}
 		v, err := strconv.Atoi(string(m.Get(metaFormat)))
-		if err != nil || v >= formatVersion {
-			return nil // load reports it
+		return v, err == nil && v < formatVersion // otherwise load reports it
+	}
+	var needed bool
+	if err := b.db.View(func(tx *bolt.Tx) error { _, needed = older(tx); return nil }); err != nil || !needed {
+		return 0, err
+	}
+	err = b.update(func(tx *bolt.Tx) error {
+		from = 0
+		v, ok := older(tx)
+		if !ok {
+			return nil
 		}
+		m := tx.Bucket(bucketMeta)
 		from = v
 		for ; v < formatVersion; v++ {
 			step, ok := migrations[v]

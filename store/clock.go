@@ -77,20 +77,23 @@ const minClockShift = time.Second
 // CLOCK_BOOTTIME counts it: a wall clock stepped forward while stated was stopped would otherwise
 // expire at this start every lease whose deadline the step passed, while its holder, timing it on
 // CLOCK_BOOTTIME, still held it. It returns the entries it moved, as keepalive changes (no revision,
-// no audit record, as a heartbeat's), for the commit that records the new anchor. Across a reboot (or
-// a restore, or without an anchor) nothing is known of the time in between: the wall clock is all
-// there is.
-func (s *Store) followWallClock(ld *loaded) []change {
+// no audit record, as a heartbeat's), and whether this run's anchor must be recorded (with them): not
+// when the anchor recorded before still tells this run's time, within minClockShift, so that an
+// ordinary restart commits nothing. Across a reboot (or a restore, or without an anchor) nothing is
+// known of the time in between: the wall clock is all there is.
+func (s *Store) followWallClock(ld *loaded) (moved []change, record bool) {
 	prev, cur := ld.anchor, s.anchor
-	if prev == nil || cur == nil || prev.Epoch != ld.epoch || prev.BootID != cur.BootID || cur.BootNs < prev.BootNs {
-		return nil
+	if cur == nil {
+		return nil, false
+	}
+	if prev == nil || prev.Epoch != ld.epoch || prev.BootID != cur.BootID || cur.BootNs < prev.BootNs {
+		return nil, true
 	}
 	wouldRead := prev.StoreMs + (cur.BootNs-prev.BootNs)/int64(time.Millisecond)
 	step := cur.StoreMs - wouldRead
 	if step > -minClockShift.Milliseconds() && step < minClockShift.Milliseconds() {
-		return nil
+		return nil, false
 	}
-	var moved []change
 	for ns, ls := range ld.spaces {
 		for _, e := range ls.entries {
 			if e.ExpiresAtMs == 0 {
@@ -102,15 +105,12 @@ func (s *Store) followWallClock(ld *loaded) []change {
 	}
 	s.opts.Logger.Warn("the wall clock moved since the store last ran on this boot: lease deadlines move with it, each lease keeping what remained of its TTL",
 		"step", time.Duration(step)*time.Millisecond, "leases", len(moved))
-	return moved
+	return moved, true
 }
 
 // recordClock commits the anchor of this run's clock, with the lease deadlines followWallClock moved.
 // When it fails the database keeps the previous anchor and deadlines (see Store.load).
 func (s *Store) recordClock(moved []change) error {
-	if s.anchor == nil {
-		return nil
-	}
 	a := *s.anchor
 	a.Epoch = s.epoch
 	return s.be.commit(&batch{changes: moved, namespaces: map[string]nsCounter{}, totalBytes: s.dbBytes, anchor: &a})

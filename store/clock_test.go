@@ -154,11 +154,14 @@ func TestWallClockStepWhileStoppedMovesLeaseDeadlines(t *testing.T) {
 				t.Fatalf("the deadline moved %v, want the step, %v", moved, c.step)
 			}
 			// The moved deadline was recorded, with this run's anchor: a third start, with no step,
-			// moves it no further.
+			// moves it no further, and writes nothing (the anchor recorded still tells the time).
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
 			s = openAt(t, path, DefaultOptions())
+			if w := qualBoltWrites(qualBolt(s)); w != 0 {
+				t.Fatalf("a start with no step wrote %d pages", w)
+			}
 			if again, err := s.Get(ctxT(t), admin, wire.GetRequest{Namespace: ns, Key: "leases/a"}); err != nil || again.ExpiresAtMs != e.ExpiresAtMs {
 				t.Fatalf("the lease at the next start: %+v, %v; want its deadline at %d", again, err, e.ExpiresAtMs)
 			}

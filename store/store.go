@@ -132,7 +132,7 @@ func (s *Store) load(path string) error {
 	if s.opts.InMemory {
 		s.anchor = nil // nothing outlives the run: no next start to anchor
 	}
-	moved := s.followWallClock(ld)
+	moved, record := s.followWallClock(ld)
 	fileRevs, err := s.replay(ld)
 	if err != nil {
 		_ = be.close()
@@ -142,17 +142,22 @@ func (s *Store) load(path string) error {
 		_ = be.close()
 		return fmt.Errorf("record the revisions of settings namespaces: %w", err)
 	}
-	if err := s.recordClock(moved); err != nil {
-		if len(moved) > 0 {
-			// Served from memory, the moved deadlines would be written by later commits beside
-			// entries the database still holds in the old time, under the old anchor: the next start
-			// could not tell them apart.
-			_ = be.close()
-			return fmt.Errorf("record the lease deadlines moved with the wall clock's step: %w", err)
+	// Recorded only when needed: an injected clock has no anchor, and one recorded before on this boot
+	// that still tells the time (within minClockShift) stands, so an ordinary restart commits nothing.
+	if record {
+		if err := s.recordClock(moved); err != nil {
+			if len(moved) > 0 {
+				// Served from memory, the moved deadlines would be written by later commits beside
+				// entries the database still holds in the old time, under the old anchor: the next
+				// start could not tell them apart.
+				_ = be.close()
+				return fmt.Errorf("record the lease deadlines moved with the wall clock's step: %w", err)
+			}
+			// Nothing moved (no anchor of this boot and epoch was recorded): the next start knows no
+			// more than the wall clock, as before this one; a full disk, which still serves reads, is
+			// no reason to serve nothing.
+			s.opts.Logger.Warn("the store's clock anchor was not recorded: a wall clock step before the next start will not be followed", "err", err)
 		}
-		// Nothing moved: the anchor recorded before still tells this run's time (within a second),
-		// so a full disk, which still serves reads, is no reason to serve nothing.
-		s.opts.Logger.Warn("the store's clock anchor was not recorded; the one recorded before stands", "err", err)
 	}
 	// Restart purge (SPEC section 6): overdue leases are expired, in deadline order, before serving.
 	if err := s.runBatch(nil); err != nil {
