@@ -511,8 +511,13 @@ func (c *Config) PolicyPrincipals() []policy.Principal {
 // DatabasePath is data_dir/state-store.db.
 func (c *Config) DatabasePath() string { return filepath.Join(c.DataDir, DatabaseFile) }
 
-// EnsureDataDir creates data_dir.
-func (c *Config) EnsureDataDir() error { return os.MkdirAll(c.DataDir, 0o700) }
+// EnsureDataDir creates data_dir and its backups directory (where stated writes the backups it
+// serves). A data_dir stated may not write thus fails the start here, naming it, before the store is
+// opened (which would otherwise open unavailable, as for a damaged database) and NATS started.
+func (c *Config) EnsureDataDir() error { return os.MkdirAll(c.BackupDir(), 0o700) }
+
+// BackupDir is data_dir/backups.
+func (c *Config) BackupDir() string { return filepath.Join(c.DataDir, "backups") }
 
 // watchIdle is the server's bound on idle watches (server.Options.IdleWatch): watch_idle_ms, 0 off.
 func (c *Config) watchIdle() time.Duration {

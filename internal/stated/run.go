@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -49,7 +48,8 @@ Usage:
   stated [--config FILE] [--data-dir DIR] [--nats-url URL]   serve (no flags: embedded defaults)
   stated nats-permissions --config FILE                        print the NATS authorization for an external server
   stated restore [--config FILE] [--data-dir DIR] BACKUP       restore a backup (server stopped)
-  stated version
+  stated version (or --version)                                print the version
+  stated help (or --help)                                      print this
 `
 
 // Main runs the stated command line and returns the exit code.
@@ -69,8 +69,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	cfg, err := parseServeFlags("stated", args, stderr)
-	if err != nil {
-		return 2
+	if code, done := flagsDone(err, stdout); done {
+		return code
 	}
 	if err := cfg.checkEmbeddedPayload(); err != nil {
 		if cfg.Path() != "" {
@@ -91,16 +91,45 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// parseServeFlags reads --config, --data-dir and --nats-url into a Config.
+// errVersion is parseServeFlags' answer to --version: the version is printed instead.
+var errVersion = errors.New("version asked for")
+
+// flagsDone says what a command does after parseServeFlags returned err: nothing more (done) when it
+// failed, exiting with code 2 (a usage error, already reported on stderr), or when --help or
+// --version asked for the usage or the version, which it prints on stdout, exiting with code 0.
+func flagsDone(err error, stdout io.Writer) (code int, done bool) {
+	switch {
+	case err == nil:
+		return 0, false
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, usage)
+		return 0, true
+	case errors.Is(err, errVersion):
+		fmt.Fprintln(stdout, Version())
+		return 0, true
+	}
+	return 2, true
+}
+
+// parseServeFlags reads --config, --data-dir and --nats-url into a Config. It reports a usage error on
+// stderr; --help and --version are returned as flag.ErrHelp and errVersion (see flagsDone), before the
+// configuration is read.
 func parseServeFlags(name string, args []string, stderr io.Writer) (*Config, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	fs.Usage = func() {} // a usage error prints the usage below; --help prints it on stdout
 	configPath := fs.String("config", "", "TOML configuration file (SPEC section 14)")
 	dataDir := fs.String("data-dir", "", "directory of state-store.db (overrides data_dir)")
 	natsURL := fs.String("nats-url", "", "use this external NATS server or cluster instead of the embedded one")
+	version := fs.Bool("version", false, "print the version")
 	if err := fs.Parse(args); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stderr, usage)
+		}
 		return nil, err
+	}
+	if *version {
+		return nil, errVersion
 	}
 	if fs.NArg() > 0 && name == "stated" {
 		fmt.Fprintf(stderr, "stated: unexpected argument %q\n", fs.Arg(0))
@@ -132,8 +161,8 @@ func parseServeFlags(name string, args []string, stderr io.Writer) (*Config, err
 
 func natsPermissions(args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseServeFlags("stated nats-permissions", args, stderr)
-	if err != nil {
-		return 2
+	if code, done := flagsDone(err, stdout); done {
+		return code
 	}
 	if cfg.Path() == "" || len(cfg.Principals) == 0 {
 		fmt.Fprintln(stderr, "stated nats-permissions: --config FILE with [[principals]] is required")
@@ -145,8 +174,8 @@ func natsPermissions(args []string, stdout, stderr io.Writer) int {
 
 func restore(args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseServeFlags("stated restore", args, stderr)
-	if err != nil {
-		return 2
+	if code, done := flagsDone(err, stdout); done {
+		return code
 	}
 	if len(cfg.restArgs) != 1 {
 		fmt.Fprintln(stderr, "stated restore: name exactly one backup file")
@@ -158,6 +187,13 @@ func restore(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer f.Close()
+	// A directory opens, and was copied until its read failed, the error naming the restore's own copy
+	// in the data directory ("write .../.restore-N.db: is a directory") rather than the path given. (A
+	// pipe is read as a file is: `stated restore /dev/stdin < FILE` works.)
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		fmt.Fprintf(stderr, "stated restore: %s is a directory: name the backup file that statectl backup wrote\n", cfg.restArgs[0])
+		return 1
+	}
 	opts, err := storeOptions(cfg, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "stated restore: %v\n", err)
@@ -169,7 +205,8 @@ func restore(args []string, stdout, stderr io.Writer) int {
 	}
 	epoch, err := store.Restore(cfg.DatabasePath(), f, opts)
 	if err != nil {
-		fmt.Fprintf(stderr, "stated restore: %v\n", err)
+		// store.Restore's errors begin "restore: ", as this line does already.
+		fmt.Fprintf(stderr, "stated restore: %s\n", strings.TrimPrefix(err.Error(), "restore: "))
 		return 1
 	}
 	fmt.Fprintf(stdout, "restored %s into %s: new epoch %s\n", cfg.restArgs[0], cfg.DatabasePath(), epoch)
@@ -315,7 +352,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		shutdownNATS()
 		return fmt.Errorf("connect to NATS at %s: %w", natsurl.Redact(url), err)
 	}
-	sopts := server.Options{Prefix: cfg.SubjectPrefix, Principals: cfg.PolicyPrincipals(), BackupDir: filepath.Join(cfg.DataDir, "backups"),
+	sopts := server.Options{Prefix: cfg.SubjectPrefix, Principals: cfg.PolicyPrincipals(), BackupDir: cfg.BackupDir(),
 		Version: strings.TrimPrefix(Version(), "v"), Logger: logger, Metrics: metrics, SweepInterval: time.Duration(cfg.NATS.WatchSweepMs) * time.Millisecond,
 		IdleWatch: cfg.watchIdle()}
 	if ns != nil {
@@ -525,7 +562,8 @@ func natsLogging(logger *slog.Logger, fits *atomic.Pointer[func() error]) []nats
 // store serves what changed in their sections: see store.ReloadSettings) and its principals: NATS
 // users and permissions on the embedded server, and the server's principals (closing watches that
 // lost permission). A file LoadConfig refuses, whose bounds the NATS server could not carry (the next
-// start would fail on them), or whose settings sections the store refuses (an entry that fails its
+// start would fail on them) or the store already holds more than (the next start would not serve it:
+// boundsBelowUsage), or whose settings sections the store refuses (an entry that fails its
 // schema, a bound passed) is refused whole: nothing is applied.
 func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, st *store.Store, internalPassword string, logger *slog.Logger) {
 	if cfg.Path() == "" {
@@ -541,11 +579,19 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, st *store.St
 		logger.Error("SIGHUP: switching between the dev principal and configured principals needs a restart")
 		return
 	}
+	cb, _ := cfg.BoundsValue()    // the bounds in force: valid, stated started on them
 	nb, err := next.BoundsValue() // valid: LoadConfig checked them
 	if err == nil {
 		// A file on which stated could not start again is refused, as a malformed one is: the
 		// bounds wait for the next restart, which would fail on them.
 		err = srv.CheckBounds(nb)
+	}
+	if err == nil && nb != cb {
+		// Nor would the next start serve a store that holds more than the bounds allow.
+		if err = boundsBelowUsage(context.Background(), st, cb, nb); err != nil {
+			err = fmt.Errorf("%w: the next start would not serve the store (every operation UNAVAILABLE); "+
+				"remove entries first, or keep the bound", err)
+		}
 	}
 	if err != nil {
 		logger.Error("SIGHUP: configuration not reloaded", "err", fmt.Errorf("config %s: bounds: %w", cfg.Path(), err))
@@ -559,8 +605,8 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, st *store.St
 			"serving", cfg.SubjectPrefix, "file", next.SubjectPrefix)
 		next.SubjectPrefix = cfg.SubjectPrefix
 	}
-	if cb, err := cfg.BoundsValue(); err == nil && nb != cb {
-		logger.Warn("SIGHUP: bounds changed in the file; they take effect at the next restart")
+	if changed := changedBounds(cb, nb); len(changed) > 0 {
+		logger.Warn("SIGHUP: bounds changed in the file, in effect at the next restart: " + strings.Join(changed, ", "))
 	}
 	// A key the command line overrides is not promised for the next restart: one with the same
 	// command line keeps the flag's value.
