@@ -819,6 +819,12 @@ func TestBench(t *testing.T) {
 	if strings.Contains(r.stdout, "not measured") {
 		t.Errorf("the idle memory or the commit latency was not measured:\n%s", r.stdout)
 	}
+	// It says how its figures were taken: the percentiles, and the idle wait before the memory.
+	for _, want := range []string{"percentiles: nearest-rank", "no warm-up left out", "then 0s idle with one connection"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("bench output does not say %q:\n%s", want, r.stdout)
+		}
+	}
 	// It cleaned up after itself.
 	if r := e.ok("ls", "service/bench", "--json"); !strings.Contains(r.stdout, `"entries":[]`) {
 		t.Fatalf("bench left entries: %s", r.stdout)

@@ -147,6 +147,9 @@ Measure a running stated as admin principals (the defaults are the qualification
      the last cache has it: p50, p95;
   4. idle memory: --entries entries written, --idle waited, then stated's RSS from --metrics-url
      with all connections open; then all but one closed, --idle waited, the RSS again.
+A request's latency runs from just before it is sent to its reply decoded and checked; a failed
+request (a CONFLICT too) fails the bench, it is never a sample. Percentiles are nearest-rank over
+every op of the phase: no warm-up is left out.
 Every document is the same 2,193-byte keeppeek.media-intent.v1. The keys live in --namespace
 (cas/, writers/, fanout/, rss/) and are deleted at the end unless --keep. The bench refuses to start
 when those prefixes hold entries it did not write (it deletes only its own).

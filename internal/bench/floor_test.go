@@ -435,21 +435,81 @@ func TestFloorChildStopIsBounded(t *testing.T) {
 	}
 }
 
-// The floor's small reply stands for the reply to an info request (BenchmarkStated's
-// request-rtt-p50-us): it is about the size of the one the real stated sends.
-func TestFloorSmallReplyIsAnInfoReplysSize(t *testing.T) {
+// devConn starts the real stated on its defaults and connects to it as dev, closed at the test's end.
+func devConn(t *testing.T) *nats.Conn {
+	t.Helper()
 	s := e2e.NewStated(t, e2e.Config{})
 	s.Start()
 	nc, err := client.Connect(s.URL(), "dev")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// The floor's small reply stands for the reply to an info request (BenchmarkStated's
+// request-rtt-p50-us): it is about the size of the one the real stated sends.
+func TestFloorSmallReplyIsAnInfoReplysSize(t *testing.T) {
+	nc := devConn(t)
 	m, err := nc.Request(wire.StateSubject(wire.DefaultPrefix, "dev", wire.OpInfo), []byte(`{"request_id":1}`), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := len(floorSmallReply), len(m.Data); got < want*4/5 || got > want*6/5 {
 		t.Fatalf("the floor's small reply is %d bytes, stated's info reply %d:\n%s\n%s", got, want, floorSmallReply, m.Data)
+	}
+}
+
+// The floor's put messages stand for stated's (BenchmarkStated's serial CAS and writers, and each
+// fanout update): its put reply is about the size of the reply the real stated sends to the bench's
+// put, and of the update a watch of the key then receives; its put request is the bench's.
+func TestFloorPutMessagesAreStatedsSizes(t *testing.T) {
+	nc := devConn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	request, reply, err := floorMessages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The watch's updates, as they come on its delivery subject.
+	updates, err := nc.SubscribeSync(wire.WatchSubject(wire.DefaultPrefix, "dev", "floor-sizes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := wire.EncodeRequest(wire.WatchRequest{RequestID: 1, WatchID: "floor-sizes", Namespace: "service/bench", KeyPrefix: "cas/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := nc.RequestWithContext(ctx, wire.StateSubject(wire.DefaultPrefix, "dev", wire.OpWatch), data); err != nil || !strings.Contains(string(m.Data), `"ok":true`) {
+		t.Fatalf("watch: %v %s", err, m.Data)
+	}
+	doc, err := Document(DocumentBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := int64(0)
+	putData, err := wire.EncodeRequest(wire.PutRequest{RequestID: 1, Namespace: "service/bench", Key: "cas/o-000",
+		Schema: DocumentSchema, Document: doc, ExpectedRevision: &zero})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := nc.RequestWithContext(ctx, wire.StateSubject(wire.DefaultPrefix, "dev", wire.OpPut), putData)
+	if err != nil || !strings.Contains(string(got.Data), `"ok":true`) {
+		t.Fatalf("put: %v %s", err, got.Data)
+	}
+	update, err := updates.NextMsgWithContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	near := func(a, b int) bool { return a >= b*9/10 && a <= b*11/10 }
+	if !near(len(reply), len(got.Data)) {
+		t.Errorf("the floor's put reply is %d bytes, stated's %d:\n%s\n%s", len(reply), len(got.Data), reply, got.Data)
+	}
+	if !near(len(reply), len(update.Data)) {
+		t.Errorf("the floor's fanout message is %d bytes, stated's watch update %d:\n%s\n%s", len(reply), len(update.Data), reply, update.Data)
+	}
+	if !near(len(request), len(putData)) {
+		t.Errorf("the floor's put request is %d bytes, the bench's %d", len(request), len(putData))
 	}
 }

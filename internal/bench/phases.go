@@ -340,6 +340,7 @@ func (r *runner) idle(ctx context.Context) (IdleResult, error) {
 	}
 	// First with every connection still open, then, as an idle server usually is, with the load's
 	// clients gone: one connection left. stated trims its memory after either change.
+	res.WaitSeconds = r.cfg.Idle.Seconds()
 	r.logf("idle memory: waiting %v with %d connections open", r.cfg.Idle, len(r.conns))
 	if err := sleep(ctx, r.cfg.Idle); err != nil {
 		return res, err

@@ -9,7 +9,11 @@ import (
 	"time"
 )
 
-// Report is what Run measured. Latencies are in microseconds.
+// Report is what Run measured. Latencies are in microseconds: a request's from just before it is
+// sent to its reply decoded and checked, a fanout round's from just before its put is sent until the
+// last watcher holds the update. Percentiles are nearest-rank (no interpolation) over every op of a
+// phase, the first ones included (no warm-up is left out; each phase's keys are created beforehand,
+// unmeasured); a failed op fails the run, it is never a sample.
 type Report struct {
 	Namespace     string        `json:"namespace"`
 	Schema        string        `json:"schema"`
@@ -70,12 +74,15 @@ type FanoutResult struct {
 
 // IdleResult is stated's resident set size, idle, with Entries entries written (BenchEntries of
 // the bench's entries in the namespace, more than Entries with Config.Keep): RSS once the bench
-// closed all its connections but one, ConnsRSS before that, with Connections open. Measured is false
-// when no metrics URL was given.
+// closed all its connections but one, ConnsRSS before that, with Connections open, each read
+// WaitSeconds (Config.Idle) after the change. Measured is false when no metrics URL was given.
 type IdleResult struct {
-	Entries       int     `json:"entries"`
-	BenchEntries  int     `json:"bench_entries"`
-	Measured      bool    `json:"measured"`
+	Entries      int  `json:"entries"`
+	BenchEntries int  `json:"bench_entries"`
+	Measured     bool `json:"measured"`
+	// WaitSeconds is how long the bench waited, idle, before each read: stated gives memory back
+	// only once its requests and clients have been still for a while (about a second).
+	WaitSeconds   float64 `json:"wait_seconds,omitempty"`
 	RSSBytes      int64   `json:"rss_bytes,omitempty"`
 	RSSMiB        float64 `json:"rss_mib,omitempty"`
 	Connections   int     `json:"connections,omitempty"`
@@ -99,6 +106,7 @@ type Figure struct {
 func (r *Report) Figures() []Figure {
 	s, w, f, i := r.SerialCAS, r.Writers, r.Fanout, r.Idle
 	n, k := w.Writers, f.Watches
+	wait := time.Duration(math.Round(i.WaitSeconds * float64(time.Second)))
 	return []Figure{
 		{"serial-cas-p50-us", s.P50US, true, fmt.Sprintf("%d ops: %d owners x %d rounds, one connection, keys cas/o-*", s.Ops, s.Owners, s.Rounds)},
 		{"serial-cas-p95-us", s.P95US, true, ""},
@@ -115,15 +123,17 @@ func (r *Report) Figures() []Figure {
 		{fmt.Sprintf("fanout-%d-p50-us", k), f.P50US, true, fmt.Sprintf("%d watches over %d connections (%d principal(s)), %d puts; until the last watcher has it",
 			f.Watches, f.Connections, f.Principals, f.Rounds)},
 		{fmt.Sprintf("fanout-%d-p95-us", k), f.P95US, true, ""},
-		{"rss-idle-MiB", i.RSSMiB, i.Measured, fmt.Sprintf("%d entries written (%d bench entries in the namespace), then idle with one connection",
-			i.Entries, i.BenchEntries)},
-		{fmt.Sprintf("rss-idle-%d-conns-MiB", i.Connections), i.ConnsRSSMiB, i.Measured, "the same, before the bench closed all its connections but one"},
+		{"rss-idle-MiB", i.RSSMiB, i.Measured, fmt.Sprintf("%d entries written (%d bench entries in the namespace), then %v idle with one connection",
+			i.Entries, i.BenchEntries, wait)},
+		{fmt.Sprintf("rss-idle-%d-conns-MiB", i.Connections), i.ConnsRSSMiB, i.Measured,
+			fmt.Sprintf("the same, before the bench closed all its connections but one: %v idle with all %d connections open", wait, i.Connections)},
 	}
 }
 
 // WriteTable prints the report for people: what ran, then one figure per line.
 func (r *Report) WriteTable(out io.Writer) error {
-	fmt.Fprintf(out, "stated %s, namespace %s, %d-byte %s documents\n\n", r.ServerVersion, r.Namespace, r.DocumentBytes, r.Schema)
+	fmt.Fprintf(out, "stated %s, namespace %s, %d-byte %s documents\n", r.ServerVersion, r.Namespace, r.DocumentBytes, r.Schema)
+	fmt.Fprintf(out, "%s\n\n", percentilesNote)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "FIGURE\tVALUE\tWORKLOAD")
 	for _, fig := range r.Figures() {
@@ -142,6 +152,10 @@ func formatValue(v float64) string {
 	}
 	return fmt.Sprintf("%.1f", v)
 }
+
+// percentilesNote says, under the table's title, how its latencies and percentiles are taken.
+const percentilesNote = "a request's latency: from just before it is sent to its reply decoded and checked (a failed op fails the run); " +
+	"percentiles: nearest-rank, over every op of the phase (no warm-up left out)"
 
 // stats are latency percentiles in microseconds.
 type stats struct{ p50, p95, max float64 }
