@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +53,7 @@ func TestDemoRunsToTheEnd(t *testing.T) {
 	// after the KILLED line, and its end (its connection closed under it) is the kill, not a failure
 	// told before it.
 	last, afterKill := -1.0, false
+	killedAt, claimedAt, readyAfterKill := -1.0, -1.0, false
 	for line := range strings.SplitSeq(strings.TrimSuffix(text, "\n"), "\n") {
 		v, rest, ok := strings.Cut(strings.TrimPrefix(line, "["), "s] ")
 		at, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
@@ -65,17 +68,39 @@ func TestDemoRunsToTheEnd(t *testing.T) {
 			t.Fatalf("the killed %s told of at %q:\n%s", killed, line, text)
 		}
 		afterKill = afterKill || strings.HasPrefix(rest, "KILLED ")
+		switch {
+		case strings.HasPrefix(rest, "KILLED "):
+			killedAt = at
+		case afterKill && strings.HasPrefix(rest, took+": lease claimed"):
+			claimedAt = at
+		case afterKill && strings.HasPrefix(rest, took+": capability ready"):
+			readyAfterKill = true
+		}
+	}
+	// The worker said to have taken over claimed the lease and reported READY after the kill, and
+	// the failover time printed is measured: at least from the KILLED line to its claim (the lines'
+	// stamps are rounded to 10 ms).
+	if claimedAt < 0 || !readyAfterKill {
+		t.Fatalf("%s is said to have taken over, but told no claim or READY after the kill:\n%s", took, text)
+	}
+	printed, err := time.ParseDuration(between(text, "failover complete: "+took+" took over ", " "))
+	if err != nil || printed.Seconds() < claimedAt-killedAt-0.01 {
+		t.Fatalf("failover time %v (%v), but the claim came %.2fs after the kill:\n%s", printed, err, claimedAt-killedAt, text)
 	}
 }
 
 // TestDemoKeepRunsUntilInterrupted runs the README's `--keep` variant: after the tour everything keeps
 // working (the new lease holder goes on renewing, though nobody reads the workers' events any more)
-// until Ctrl-C, which ends the demo with exit 0.
+// until Ctrl-C, which ends the demo with exit 0. Meanwhile a second demo runs its whole tour beside
+// it, as a newcomer who runs the command again would: on addresses of its own, in another working
+// directory (read-only, holding the ./data of an earlier `go run ./cmd/stated`, which it leaves
+// alone), with HOME unset; neither leaves anything in its temporary directory.
 func TestDemoKeepRunsUntilInterrupted(t *testing.T) {
 	bin := e2e.Build(t, "./examples/demo", "demo")
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cmd, pr, exited := startDemo(t, ctx, bin, "--keep")
+	tmp := t.TempDir()
+	cmd, pr, exited := startDemo(t, ctx, bin, "", []string{"TMPDIR=" + tmp}, "--keep")
 	ended := false // set once exited was read
 	defer func() {
 		if !ended {
@@ -115,6 +140,7 @@ func TestDemoKeepRunsUntilInterrupted(t *testing.T) {
 	if !strings.HasPrefix(url, "nats://") {
 		t.Fatalf("no NATS address in the story:\n%s", text())
 	}
+	runBeside(t, ctx, bin, url)
 	nc, err := client.Connect(url, "dev")
 	if err != nil {
 		t.Fatal(err)
@@ -164,6 +190,49 @@ func TestDemoKeepRunsUntilInterrupted(t *testing.T) {
 	if !strings.Contains(text(), "] done\n") {
 		t.Fatalf("demo --keep did not finish its story:\n%s", text())
 	}
+	wantEmpty(t, tmp, "the --keep demo's temporary directory")
+}
+
+// runBeside runs a second demo to its end while the one on firstURL runs: in a read-only working
+// directory holding another stated's ./data, with HOME unset. It must exit 0 on an address of its
+// own and leave that ./data as it was.
+func runBeside(t *testing.T, ctx context.Context, bin, firstURL string) {
+	t.Helper()
+	wd, tmp := t.TempDir(), t.TempDir()
+	db := filepath.Join(wd, "data", "state-store.db")
+	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(db, []byte("another stated's store"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(wd, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(wd, 0o755) })
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "TMPDIR=") {
+			env = append(env, kv)
+		}
+	}
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Dir, cmd.Env = wd, append(env, "TMPDIR="+tmp)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("a second demo beside the first: %v\n%s", err, out)
+	}
+	url := between(string(out), "stated: NATS ", ",")
+	if !strings.HasPrefix(url, "nats://") || url == firstURL || !strings.Contains(string(out), "] done\n") {
+		t.Fatalf("the second demo ran on %q (the first on %s):\n%s", url, firstURL, out)
+	}
+	if b, err := os.ReadFile(db); err != nil || string(b) != "another stated's store" {
+		t.Fatalf("the ./data of the working directory after the demo: %q %v", b, err)
+	}
+	if entries, err := os.ReadDir(wd); err != nil || len(entries) != 1 {
+		t.Fatalf("the working directory after the demo: %v %v, want only data", entries, err)
+	}
+	wantEmpty(t, tmp, "the second demo's temporary directory")
 }
 
 func between(s, after, before string) string {
@@ -175,65 +244,81 @@ func between(s, after, before string) string {
 	return v
 }
 
-// TestDemoInterruptedMidTour stops the tour with Ctrl-C (and SIGTERM) while the standby waits for
-// the lease: the demo says it was interrupted and exits 130, with everything stopped. It said "the
-// tour did not complete in time" and exited 1, as if it had failed on its own.
+// TestDemoInterruptedMidTour stops the tour with Ctrl-C (and SIGTERM, and the SIGHUP of a terminal
+// closed under it) as soon as stated is up and while the standby waits for the lease: the demo says it
+// was interrupted and exits 130, with everything stopped and its temporary data directory removed. It
+// said "the tour did not complete in time" and exited 1, as if it had failed on its own; a SIGHUP
+// killed it outright and left its data directory behind.
 func TestDemoInterruptedMidTour(t *testing.T) {
 	bin := e2e.Build(t, "./examples/demo", "demo")
-	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM} {
-		t.Run(sig.String(), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			cmd, pr, exited := startDemo(t, ctx, bin)
-			var mu sync.Mutex
-			var out strings.Builder
-			killed, read := make(chan struct{}), make(chan struct{})
-			go func() {
-				defer close(read)
-				sc := bufio.NewScanner(pr)
-				seen := false
-				for sc.Scan() {
-					mu.Lock()
-					out.WriteString(sc.Text() + "\n")
-					mu.Unlock()
-					if !seen && strings.Contains(sc.Text(), "] KILLED ") {
-						seen = true
-						close(killed)
-					}
+	stages := []struct{ name, at string }{{"stated up", "] stated: NATS "}, {"failover", "] KILLED "}}
+	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP} {
+		for _, stage := range stages {
+			t.Run(sig.String()+" at "+stage.name, func(t *testing.T) {
+				if sig == syscall.SIGHUP && signal.Ignored(syscall.SIGHUP) {
+					t.Skip("SIGHUP is ignored here (nohup), and so in the demo: it keeps running, as nohup asks")
 				}
-			}()
-			text := func() string {
-				mu.Lock()
-				defer mu.Unlock()
-				return out.String()
-			}
-			select {
-			case <-killed:
-			case err := <-exited:
+				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+				defer cancel()
+				tmp := t.TempDir()
+				cmd, pr, exited := startDemo(t, ctx, bin, "", []string{"TMPDIR=" + tmp})
+				var mu sync.Mutex
+				var out strings.Builder
+				reached, read := make(chan struct{}), make(chan struct{})
+				go func() {
+					defer close(read)
+					sc := bufio.NewScanner(pr)
+					seen := false
+					for sc.Scan() {
+						mu.Lock()
+						out.WriteString(sc.Text() + "\n")
+						mu.Unlock()
+						if !seen && strings.Contains(sc.Text(), stage.at) {
+							seen = true
+							close(reached)
+						}
+					}
+				}()
+				text := func() string {
+					mu.Lock()
+					defer mu.Unlock()
+					return out.String()
+				}
+				select {
+				case <-reached:
+				case err := <-exited:
+					<-read
+					t.Fatalf("the demo exited (%v) before %q:\n%s", err, stage.at, text())
+				}
+				if err := cmd.Process.Signal(sig); err != nil {
+					t.Fatal(err)
+				}
+				err := <-exited
 				<-read
-				t.Fatalf("the demo exited (%v) before its kill:\n%s", err, text())
-			}
-			if err := cmd.Process.Signal(sig); err != nil {
-				t.Fatal(err)
-			}
-			err := <-exited
-			<-read
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != 130 {
-				t.Fatalf("exit %v after %v, want 130:\n%s", err, sig, text())
-			}
-			if s := text(); !strings.Contains(s, "demo: interrupted") || strings.Contains(s, "in time") || strings.Contains(s, "failover complete") {
-				t.Fatalf("the demo's end after %v:\n%s", sig, s)
-			}
-		})
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+					t.Fatalf("exit %v after %v, want 130:\n%s", err, sig, text())
+				}
+				if s := text(); !strings.Contains(s, "demo: interrupted") || strings.Contains(s, "in time") || strings.Contains(s, "failover complete") {
+					t.Fatalf("the demo's end after %v:\n%s", sig, s)
+				}
+				wantEmpty(t, tmp, "the demo's temporary directory after "+sig.String())
+			})
+		}
 	}
 }
 
-// startDemo starts the demo binary with args; it returns the command, its output (stdout and stderr
-// together, ending when it exits) and a channel that receives Wait's error once it has exited.
-func startDemo(t *testing.T, ctx context.Context, bin string, args ...string) (*exec.Cmd, io.Reader, <-chan error) {
+// startDemo starts the demo binary with args, in the working directory dir (this one when empty),
+// with env added to the environment (a variable given there replaces the inherited one); it returns
+// the command, its output (stdout and stderr together, ending when it exits) and a channel that
+// receives Wait's error once it has exited.
+func startDemo(t *testing.T, ctx context.Context, bin, dir string, env []string, args ...string) (*exec.Cmd, io.Reader, <-chan error) {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {
@@ -262,4 +347,90 @@ func TestDemoRefusesATimeoutThatIsNotPositive(t *testing.T) {
 			t.Fatalf("--timeout %s: %v, want exit 2 naming the flag:\n%s", timeout, err, out)
 		}
 	}
+}
+
+// wantEmpty fails the test unless dir holds nothing: what the demo made there is gone.
+func wantEmpty(t *testing.T, dir, what string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) > 0 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, filepath.Join(dir, e.Name()))
+		}
+		t.Fatalf("%s holds %v, want nothing left", what, names)
+	}
+}
+
+// A temporary directory the demo cannot make its data directory in ($TMPDIR naming a directory that
+// does not exist, here) ends the demo at once, exit 1, with a message that says what it was making
+// and where: it said only "demo: stat /nonexistent: no such file or directory".
+func TestDemoSaysWhyItCannotMakeItsDataDirectory(t *testing.T) {
+	bin := e2e.Build(t, "./examples/demo", "demo")
+	missing := filepath.Join(t.TempDir(), "missing")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(os.Environ(), "TMPDIR="+missing)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "temporary data directory in "+missing) ||
+		!strings.Contains(string(out), "TMPDIR") {
+		t.Fatalf("TMPDIR=%s: %v, want exit 1 naming the temporary data directory, where, and TMPDIR:\n%s", missing, err, out)
+	}
+}
+
+// A --timeout that ends the tour is named as the reason: with one too short for stated to start, the
+// demo said "stated did not start: context deadline exceeded", as if stated had failed.
+func TestDemoNamesTheTimeoutWhenItGivesUp(t *testing.T) {
+	bin := e2e.Build(t, "./examples/demo", "demo")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tmp := t.TempDir()
+	cmd := exec.CommandContext(ctx, bin, "--timeout", "1ns")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "--timeout 1ns") {
+		t.Fatalf("--timeout 1ns: %v, want exit 1 naming --timeout 1ns:\n%s", err, out)
+	}
+	wantEmpty(t, tmp, "the demo's temporary directory")
+}
+
+// A reader of the demo's output that goes away before the end (`demo | head -3`, a pager quit early)
+// stops the demo: everything stopped, its temporary data directory removed, exit 1 with the reason
+// on stderr. The next line written killed it with SIGPIPE (exit 141) and left the directory behind.
+func TestDemoStopsWhenItsOutputIsGone(t *testing.T) {
+	bin := e2e.Build(t, "./examples/demo", "demo")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	tmp := t.TempDir()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = pw, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	first, err := bufio.NewReader(pr).ReadString('\n')
+	pr.Close() // the reader is gone: the demo's next line finds no one
+	if err != nil || !strings.Contains(first, "stated: NATS") {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("first line %q, %v", first, err)
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "output") {
+		t.Fatalf("the demo after its reader went: %v, want exit 1 saying why:\n%s", err, stderr.String())
+	}
+	wantEmpty(t, tmp, "the demo's temporary directory")
 }

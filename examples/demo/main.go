@@ -3,8 +3,9 @@
 // a coordinator, two transcoders, a viewer and a computer-vision worker; writes a publish intent and a
 // subscription intent; narrates each step with a timestamp, in the order the steps happen; then
 // kills the active transcoder and shows the standby taking over once the lease expires. It exits 0
-// when the standby's publication is READY; Ctrl-C or SIGTERM before that stops everything and exits
-// 130. --keep leaves everything running for exploring with statectl (then Ctrl-C ends it, exit 0).
+// when the standby's publication is READY; Ctrl-C, SIGTERM or SIGHUP (its terminal closed) before that
+// stops everything, removes the data directory and exits 130. --keep leaves everything running for
+// exploring with statectl (then Ctrl-C ends it, exit 0).
 package main
 
 import (
@@ -68,18 +69,49 @@ func main() {
 // failed then failed because everything was being stopped, not on its own (a wait "not in time").
 var errInterrupted = errors.New("interrupted before the tour completed; everything stopped")
 
+// errOutputGone is run's error when the narration could not be written: nobody reads the output any
+// more, so the tour stopped everything.
+var errOutputGone = errors.New("the output's reader is gone; everything stopped")
+
 func run(keep, verbose bool, timeout time.Duration) (err error) {
 	n := newNarrator(os.Stdout)
 	say := n.say
-	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A terminal closed under the demo (SIGHUP) stops it as Ctrl-C does: killed outright, it left its
+	// data directory behind. Under nohup, which ignores SIGHUP, it runs on, as nohup asks (taking
+	// SIGHUP would undo nohup's ignoring it).
+	var sigCtx context.Context
+	var stopSignals context.CancelFunc
+	if signal.Ignored(syscall.SIGHUP) {
+		sigCtx, stopSignals = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	} else {
+		sigCtx, stopSignals = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	}
 	defer stopSignals()
 	defer func() { // last: after everything stopped
 		if err != nil && sigCtx.Err() != nil {
 			err = errInterrupted
 		}
 	}()
-	ctx, cancel := context.WithTimeout(sigCtx, timeout)
+	// A reader of the output that goes away (`demo | head`, a pager quit early) stops the tour: the
+	// narration's write fails instead of SIGPIPE killing the demo before it removed its data
+	// directory. Taking SIGPIPE changes nothing else: a write to any other broken pipe or socket
+	// fails with EPIPE either way.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	outCtx, outGone := context.WithCancelCause(sigCtx)
+	defer outGone(nil)
+	n.lost = func(err error) { outGone(fmt.Errorf("%w: %w", errOutputGone, err)) }
+	defer func() { // after everything stopped
+		if err != nil && sigCtx.Err() == nil && errors.Is(context.Cause(outCtx), errOutputGone) {
+			err = context.Cause(outCtx)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(outCtx, timeout)
 	defer cancel()
+	defer func() { // after everything stopped: a wait the --timeout ended says so ("context deadline exceeded" blamed stated)
+		if err != nil && context.Cause(ctx) == context.DeadlineExceeded {
+			err = fmt.Errorf("%w (gave up at --timeout %v)", err, timeout)
+		}
+	}()
 	logOut := io.Discard
 	if verbose {
 		logOut = os.Stderr
@@ -90,7 +122,7 @@ func run(keep, verbose bool, timeout time.Duration) (err error) {
 	// before it is ready: a client dialled earlier could reach whatever else listens on the address.
 	dir, err := os.MkdirTemp("", "keeppeek-demo-")
 	if err != nil {
-		return err
+		return fmt.Errorf("cannot make a temporary data directory in %s (set TMPDIR to change it): %w", os.TempDir(), err)
 	}
 	defer os.RemoveAll(dir)
 	cfg := stated.DefaultConfig()
@@ -279,8 +311,11 @@ func run(keep, verbose bool, timeout time.Duration) (err error) {
 	n.hush()
 
 	if keep {
-		say("still running. Try: go run ./cmd/statectl --nats-url %s ls service/%s", url, service)
-		say("                    go run ./cmd/statectl --nats-url %s watch system workers/", url)
+		// The commands are relative to the repository's root: from another directory (examples/, say)
+		// ./cmd/statectl is not there.
+		say("still running. Try, from the repository's root:")
+		say("  go run ./cmd/statectl --nats-url %s ls service/%s", url, service)
+		say("  go run ./cmd/statectl --nats-url %s watch system workers/", url)
 		say("Ctrl-C to stop")
 		<-sigCtx.Done()
 	}

@@ -28,6 +28,11 @@ type narrator struct {
 	// worker: a full channel drops (the tour reads them as long as it waits for them).
 	ready      chan string
 	subscribed chan struct{}
+
+	// lost, when set, is called once, under mu, with the first error writing to out: its reader is
+	// gone (a pipe closed, a terminal hung up), and nobody will see the rest of the tour.
+	lost    func(error)
+	outLost bool
 }
 
 func newNarrator(out io.Writer) *narrator {
@@ -43,7 +48,13 @@ func (n *narrator) say(format string, args ...any) {
 }
 
 func (n *narrator) sayLocked(format string, args ...any) {
-	fmt.Fprintf(n.out, "[%6.2fs] %s\n", time.Since(n.start).Seconds(), fmt.Sprintf(format, args...))
+	_, err := fmt.Fprintf(n.out, "[%6.2fs] %s\n", time.Since(n.start).Seconds(), fmt.Sprintf(format, args...))
+	if err != nil && !n.outLost {
+		n.outLost = true
+		if n.lost != nil {
+			n.lost(err)
+		}
+	}
 }
 
 // while runs fn with the narration held: no worker's event is told between what fn does and the line
