@@ -21,6 +21,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/keeppeek/coordination/internal/e2e"
+	"github.com/keeppeek/coordination/internal/natsserver"
+	"github.com/keeppeek/coordination/internal/natstest"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -388,5 +390,34 @@ func TestE2ESighupRemovesAPrincipalWithLiveState(t *testing.T) {
 	back, _ := conn(t, s, "alice")
 	if r := request(t, back, "alice", wire.OpWatch, `{"watch_id":"mine","namespace":"user/alice"}`); !r.OK {
 		t.Fatalf("alice's watch once she is back: %+v", r)
+	}
+}
+
+// TestE2ESecondStatedOnOneExternalNATS: a second stated started against the external NATS a first
+// one serves on (by hand to look at something, by a deployment while the old instance still runs),
+// here on the first's data directory, opened the store unavailable and joined the first's requests:
+// NATS handed most of them to it, each answered UNAVAILABLE (on a data directory of its own, each
+// answered from a second store). It exits 1 naming the first, which serves every request.
+func TestE2ESecondStatedOnOneExternalNATS(t *testing.T) {
+	ns := natstest.Start(t, natsserver.Options{})
+	first := e2e.NewStated(t, e2e.Config{NATSURL: ns.ClientURL()})
+	first.Start()
+	second := e2e.NewStated(t, e2e.Config{NATSURL: ns.ClientURL()})
+	for _, dataDir := range []string{filepath.Dir(first.DatabasePath()), filepath.Dir(second.DatabasePath())} {
+		_, stderr, code := runSplit(t, "--config", second.ConfigPath, "--data-dir", dataDir)
+		if code != 1 || !strings.Contains(stderr, "another keeppeek-state server serves the same subjects") {
+			t.Fatalf("a second stated on data dir %s: exit %d\n%s", dataDir, code, stderr)
+		}
+	}
+	nc, err := nats.Connect(ns.ClientURL(), nats.CustomInboxPrefix(wire.InboxPrefix("dev")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	for i := range 20 {
+		r := request(t, nc, "dev", wire.OpPut, `{"namespace":"service/tx","key":"k","schema":"keeppeek.lease.v1","document":`+leaseDoc+`}`)
+		if !r.OK || r.Entry.Revision != uint64(i+1) {
+			t.Fatalf("put %d after the second stated exited: %+v\n%s", i, r, first.Logs())
+		}
 	}
 }

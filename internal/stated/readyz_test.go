@@ -2,6 +2,7 @@ package stated
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/keeppeek/coordination/store"
+	"github.com/keeppeek/coordination/store/server"
 )
 
 func getReadyz(t *testing.T, r *readiness) (int, string) {
@@ -34,8 +36,8 @@ func TestReadyzFollowsTheStoreThroughAStop(t *testing.T) {
 		t.Fatalf("while starting: %d %s", code, body)
 	}
 	status := nats.CONNECTED
-	var unfit error
-	r.started(st, func() nats.Status { return status }, func() error { return unfit })
+	var unfit, peer error
+	r.started(st, func() nats.Status { return status }, func() error { return unfit }, func() error { return peer })
 	if code, body := getReadyz(t, &r); code != http.StatusOK {
 		t.Fatalf("a serving store: %d %s", code, body)
 	}
@@ -45,6 +47,12 @@ func TestReadyzFollowsTheStoreThroughAStop(t *testing.T) {
 		t.Fatalf("on a NATS server that cannot carry the bounds: %d %s", code, body)
 	}
 	unfit = nil
+	peer = fmt.Errorf("%w: instance abc", server.ErrAnotherServer)
+	if code, body := getReadyz(t, &r); code != http.StatusServiceUnavailable || !strings.Contains(body, "split between two stores") ||
+		!strings.Contains(body, "instance abc") {
+		t.Fatalf("beside another server on the same subjects: %d %s", code, body)
+	}
+	peer = nil
 	status = nats.RECONNECTING
 	if code, body := getReadyz(t, &r); code != http.StatusServiceUnavailable || !strings.Contains(body, "NATS connection is reconnecting") {
 		t.Fatalf("while NATS reconnects: %d %s", code, body)

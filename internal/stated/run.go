@@ -358,6 +358,9 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	if ns != nil {
 		// Only the embedded server can say whether a watch's subscriber is still there.
 		sopts.Interest = ns.HasSubscriber
+		// Nobody else can serve stated's subjects on its embedded server (no principal may subscribe
+		// to them): Start's look for another server is enough, and an idle stated stays still.
+		sopts.PeerCheckInterval = -1
 	}
 	srv, err := server.New(st, nc, sopts)
 	if err == nil {
@@ -374,7 +377,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	}
 	fit := func() error { return srv.CheckBounds(st.Bounds()) }
 	fits.Store(&fit)
-	ready.started(st, nc.Status, fit)
+	ready.started(st, nc.Status, fit, srv.Conflict)
 
 	if len(cfg.Principals) == 0 {
 		logger.Warn("NO PRINCIPALS CONFIGURED: running one admin principal \"dev\" that connects WITHOUT credentials. " +
@@ -465,12 +468,14 @@ type servingParts struct {
 	st   *store.Store
 	nats func() nats.Status // the status of stated's NATS connection
 	fits func() error       // whether the NATS server it is connected to carries the bounds
+	peer func() error       // another server serving the same subjects (server.Server.Conflict)
 }
 
 // started records that stated serves st over a NATS connection whose status status reports, to a
-// NATS server that carries its bounds unless fits says otherwise.
-func (r *readiness) started(st *store.Store, status func() nats.Status, fits func() error) {
-	r.serving.Store(&servingParts{st: st, nats: status, fits: fits})
+// NATS server that carries its bounds unless fits says otherwise, alone on its subjects unless peer
+// says otherwise.
+func (r *readiness) started(st *store.Store, status func() nats.Status, fits, peer func() error) {
+	r.serving.Store(&servingParts{st: st, nats: status, fits: fits, peer: peer})
 }
 
 func (r *readiness) serveHTTP(w http.ResponseWriter, _ *http.Request) {
@@ -503,6 +508,10 @@ func (r *readiness) reason() string {
 		// stated reconnected to a server (a cluster node) with a smaller max_payload than the one it
 		// started on: a reply or update over it is never delivered, though its write committed.
 		return "the NATS server stated is connected to cannot carry its bounds: " + err.Error()
+	}
+	if err := p.peer(); err != nil {
+		// Requests are split between the two servers' stores: neither can be trusted alone.
+		return err.Error() + ": requests are split between two stores; stop one of them"
 	}
 	return ""
 }

@@ -12,8 +12,9 @@ import (
 // may subscribe to everything stated serves but not publish there (as an operator who gave it only the
 // subjects under the prefix and $SRV.> would have it) leaves the server mute: NATS refuses every reply
 // and update asynchronously, and every request went unanswered while the log said "stated ready".
-// Start fails instead, naming the refused subject; allowed to publish on the principals' inboxes and
-// the watch subjects, and nowhere else, it starts.
+// Start fails instead, naming the refused subject; allowed to publish on the principals' inboxes, the
+// watch subjects and its look for another server of the service ($SRV.INFO.keeppeek-state), and
+// nowhere else, it starts.
 func TestStartFailsWhenNATSRefusesToCarryItsReplies(t *testing.T) {
 	for name, c := range map[string]struct {
 		allow []string
@@ -21,7 +22,8 @@ func TestStartFailsWhenNATSRefusesToCarryItsReplies(t *testing.T) {
 		want  string
 	}{
 		"only the prefix and $SRV":           {allow: []string{"kp.>", "$SRV.>"}, want: `Publish to "_INBOX.`},
-		"just what it publishes (a control)": {allow: []string{"_INBOX.*.>", "kp.watch.v1.>"}},
+		"just what it publishes (a control)": {allow: []string{"_INBOX.*.>", "kp.watch.v1.>", "$SRV.INFO.keeppeek-state"}},
+		"no look for another server":         {allow: []string{"_INBOX.*.>", "kp.watch.v1.>"}, want: `Publish to "$SRV.INFO.keeppeek-state"`},
 		"every inbox, no watch":              {allow: []string{"_INBOX.*.>", "$SRV.>", "kp.state.v1.>", "kp.admin.v1.>", "kp.heartbeat.v1.>"}, want: `Publish to "kp.watch.v1.`},
 		"no watch updates":                   {allow: []string{">"}, deny: []string{"kp.watch.v1.>"}, want: `Publish to "kp.watch.v1.`},
 	} {

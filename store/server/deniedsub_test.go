@@ -58,16 +58,24 @@ func startAs(t *testing.T, perms *server.Permissions) error {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
+	_, err = startOn(t, nc, stateserver.Options{})
+	return err
+}
+
+// startOn makes a state server with opts over nc and a store of its own, and returns it with what
+// Start returned. The server and the store are stopped at the test's end.
+func startOn(t *testing.T, nc *nats.Conn, opts stateserver.Options) (*stateserver.Server, error) {
+	t.Helper()
 	st, err := store.Open(filepath.Join(t.TempDir(), "state-store.db"), store.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	srv, err := stateserver.New(st, nc, stateserver.Options{})
+	srv, err := stateserver.New(st, nc, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = srv.Start()
 	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
-	return err
+	return srv, err
 }

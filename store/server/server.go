@@ -82,6 +82,10 @@ type Options struct {
 	// two; statectl watch every 5 s. The server looks every IdleWatch/4, at most every 5 s, so a
 	// watch is closed at most that long after the bound. Default 0: off.
 	IdleWatch time.Duration
+	// PeerCheckInterval is how often the server asks whether another server answers on its subjects
+	// (see Conflict; Start refuses to start beside one, with ErrAnotherServer). Default 10 s;
+	// negative: never after Start.
+	PeerCheckInterval time.Duration
 
 	// pendingBytes, when positive, replaces nats.go's 64 MiB bound on the bytes of requests and of
 	// heartbeats that may wait in the server's subscriptions before NATS drops them. Tests lower it,
@@ -104,18 +108,20 @@ type Server struct {
 	hbSub *nats.Subscription
 	// inflight is held shared by every request and heartbeat being handled; Stop takes it exclusively
 	// to wait for them, and sets stopped so later ones answer UNAVAILABLE.
-	inflight sync.RWMutex
-	stopped  bool
-	backups  backups
-	slots    chan struct{} // one per request being handled off the queues (MaxConcurrentRequests)
-	queues   queues        // acks and unwatches, ordered per principal
-	hbLanes  latestLanes   // heartbeats, ordered per worker, the newest waiting one only
-	hbWarn   warnEvery     // refused new workers, warned about once a minute per principal
-	activity atomic.Uint64 // requests handled
-	ctx      context.Context
-	cancel   context.CancelFunc
-	stopOnce sync.Once
-	swept    chan struct{} // closed when the sweeper has returned (nil: no sweeper: no Interest, no IdleWatch)
+	inflight  sync.RWMutex
+	stopped   bool
+	backups   backups
+	slots     chan struct{} // one per request being handled off the queues (MaxConcurrentRequests)
+	queues    queues        // acks and unwatches, ordered per principal
+	hbLanes   latestLanes   // heartbeats, ordered per worker, the newest waiting one only
+	hbWarn    warnEvery     // refused new workers, warned about once a minute per principal
+	activity  atomic.Uint64 // requests handled
+	ctx       context.Context
+	cancel    context.CancelFunc
+	stopOnce  sync.Once
+	swept     chan struct{}         // closed when the sweeper has returned (nil: no sweeper: no Interest, no IdleWatch)
+	conflict  atomic.Pointer[error] // another server answering on the same subjects (Conflict)
+	peersDone chan struct{}         // closed when watchPeers has returned (nil: not started)
 }
 
 // New makes a Server; Start begins serving.
@@ -137,6 +143,9 @@ func New(st *store.Store, nc *nats.Conn, opts Options) (*Server, error) {
 	}
 	if opts.SweepInterval == 0 {
 		opts.SweepInterval = 15 * time.Second
+	}
+	if opts.PeerCheckInterval == 0 {
+		opts.PeerCheckInterval = 10 * time.Second
 	}
 	if opts.MaxConcurrentRequests == 0 {
 		opts.MaxConcurrentRequests = 1024
@@ -267,6 +276,12 @@ func (s *Server) Start() error {
 			}
 		}
 	}
+	// A second server on the same subjects would have NATS split the requests between two stores.
+	if other, err := s.otherServer(s.ctx, ""); err != nil {
+		return fmt.Errorf("server: look for another server: %w", err)
+	} else if other != nil {
+		return fmt.Errorf("server: %w; stop it first, or give this one another subject prefix", anotherServerError(other))
+	}
 	if m := s.opts.Metrics; m != nil {
 		s.countDrops(m)
 	}
@@ -274,6 +289,7 @@ func (s *Server) Start() error {
 		Name:        ServiceName,
 		Version:     s.opts.Version,
 		Description: "keeppeek coordination plane state store",
+		Metadata:    peerMetadata(),
 	})
 	if err != nil {
 		return fmt.Errorf("server: add service: %w", err)
@@ -336,6 +352,10 @@ func (s *Server) Start() error {
 	if s.opts.Interest != nil || s.opts.IdleWatch > 0 {
 		s.swept = make(chan struct{})
 		go s.sweep()
+	}
+	if s.opts.PeerCheckInterval > 0 {
+		s.peersDone = make(chan struct{})
+		go s.watchPeers()
 	}
 	return nil
 }
@@ -503,6 +523,9 @@ func (s *Server) Stop(ctx context.Context) error {
 		s.cancel()
 		if s.swept != nil {
 			<-s.swept
+		}
+		if s.peersDone != nil {
+			<-s.peersDone
 		}
 		s.backups.closeAll()
 		err = errors.Join(err, s.st.Close())
