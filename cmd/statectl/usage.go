@@ -37,10 +37,11 @@ printed; audit verify prints its report instead):
 on CONFLICT and GUARD_FAILED only.
 Exit status: 0 done; 1 the server answered an error, or another failure; 2 bad usage;
 3 no connection (NATS unreachable, wrong credentials, no reply within --timeout; a reachable NATS
-with no stated behind it is STATE_STORE_ERROR_CODE_UNAVAILABLE, status 1); 130 interrupted (Ctrl-C
-or SIGTERM) before the answer came (for watch --count, before the count); 141 the reader of the
-output went away (statectl ... | head -1), as SIGPIPE ends a process. A put or delete that got no
-answer (status 3 or 130) may have been committed all the same: read the entry back before a retry.
+with no stated behind it is STATE_STORE_ERROR_CODE_UNAVAILABLE, status 1); 130 interrupted (Ctrl-C,
+SIGTERM, or SIGHUP: the terminal closed) before the answer came (for watch --count, before the
+count); 141 the reader of the output went away (statectl ... | head -1), as SIGPIPE ends a
+process. A put or delete that got no answer (status 3 or 130) may have been committed all the same:
+read the entry back before a retry.
 Errors never show a login that --nats-url carries (nats://user:password@host): its password or token
 is printed as xxxxx.
 
@@ -103,7 +104,7 @@ then the updates and closes as the server sent them; the notices go to stderr.
 Runs until Ctrl-C, until --count messages were printed, or for --timeout when that flag is given on
 the command line: the watch then ends at the deadline (exit 0, or exit 1 when --count messages had not
 come by then; exit 3, TIMEOUT, when no watch had opened) and each request keeps the default 5s bound.
-Ctrl-C or SIGTERM unwatches and exits 0, or 130 (INTERRUPTED) when --count messages had not come.
+Ctrl-C, SIGTERM or SIGHUP unwatches and exits 0, or 130 (INTERRUPTED) when --count messages had not come.
 When its output is a pipe whose reader goes away (statectl watch ... | head -1), it unwatches and
 exits 141 without a word, as SIGPIPE would end it, also while it has nothing to print.
 
