@@ -320,8 +320,10 @@ func TestE2EMetricsCountEveryCodeAsAnswered(t *testing.T) {
 		t.Errorf("/readyz of a store not served: %d, want 503", resp.StatusCode)
 	}
 	base := requestCounts(scrape(t, s))
-	if len(base) != 0 {
-		t.Errorf("requests counted in a new process before any came: %v", base)
+	for k, n := range base {
+		if n != 0 {
+			t.Errorf("state_requests_total{op=%q,code=%q} = %v in a new process before any request came", k[0], k[1], n)
+		}
 	}
 	want = requestBattery(t, s)
 	m := checkCounted(t, s, base, want)

@@ -151,7 +151,7 @@ func TestE2EMetricsCountRefusals(t *testing.T) {
 	if n := value(m, "state_watch_closures_total", map[string]string{"reason": "ACK_TIMEOUT"}); n != 1 {
 		t.Errorf("state_watch_closures_total{reason=ACK_TIMEOUT} = %v, want 1", n)
 	}
-	if got := labelsOf(m, "state_watch_closures_total", "reason"); fmt.Sprint(got) != "[ACK_TIMEOUT]" {
+	if got := countedLabels(m, "state_watch_closures_total", "reason"); fmt.Sprint(got) != "[ACK_TIMEOUT]" {
 		t.Errorf("closure reasons %v, want only ACK_TIMEOUT (a dropped watch is no closure)", got)
 	}
 	if n := value(m, "state_watches_dropped_total", nil); n != 1 {

@@ -249,6 +249,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	reg := prometheus.NewRegistry()
 	metrics := server.NewMetrics(reg)
 	var ready readiness
+	reg.MustRegister(ready.gauge())
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", ready.serveHTTP)
@@ -476,6 +477,21 @@ type servingParts struct {
 // says otherwise.
 func (r *readiness) started(st *store.Store, status func() nats.Status, fits, peer func() error) {
 	r.serving.Store(&servingParts{st: st, nats: status, fits: fits, peer: peer})
+}
+
+// gauge is state_ready: 1 while /readyz answers 200, 0 while it answers 503, read at each scrape,
+// so that an alert on the metrics alone sees a stated that serves nothing (its store not served, its
+// NATS connection down, another stated on its subjects, ...); /readyz says why.
+func (r *readiness) gauge() prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "state_ready",
+		Help: "1 while stated serves the store (/readyz answers 200); 0 while it does not (/readyz answers 503 with the reason): starting, store not served or closed, NATS connection down, a NATS server that cannot carry the bounds, another stated serving the same subjects, stopping.",
+	}, func() float64 {
+		if r.reason() == "" {
+			return 1
+		}
+		return 0
+	})
 }
 
 func (r *readiness) serveHTTP(w http.ResponseWriter, _ *http.Request) {

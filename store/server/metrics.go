@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,7 +41,10 @@ type Metrics struct {
 
 // NewMetrics makes the metrics and registers them, with Go, process and build info collectors, on reg.
 // A Go, process or build info collector reg already holds is kept (prometheus.DefaultRegisterer comes
-// with the first two), so the server's metrics can join an embedding program's registry.
+// with the first two), so the server's metrics can join an embedding program's registry. Every series
+// of the fixed label sets (each op with each code, heartbeat outcome, close reason) exists from the
+// start, at 0; the latency histograms' buckets run from 50 us (requests) or 100 us (commits) to past
+// the 30 s request timeout.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -48,24 +52,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"op", "code"}),
 		RequestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "state_request_duration_seconds", Help: "Latency of the requests of state_requests_total, by op: from the server taking the request off NATS to its reply, a wait for a free slot (past the server's MaxConcurrentRequests) or in its principal's ack and unwatch queue included.",
-			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
+			Buckets: latencyBuckets(0.00005),
 		}, []string{"op"}),
 		RequestsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "state_requests_dropped_total", Help: "Requests NATS dropped unanswered before the server took them, by op: while the server handles as many requests as it may at once (MaxConcurrentRequests, 1,024 in stated), more wait in its NATS subscription, and past that subscription's pending limits (nats.go's defaults: 500,000 messages or 64 MiB per op) NATS drops them as a slow consumer's. Their requesters time out; raise the bound or add capacity if this grows.",
 		}, []string{"op"}),
 		CommitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "state_commit_duration_seconds", Help: "Database commit latency, fsync included.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
+			Buckets: latencyBuckets(0.0001),
 		}),
 		CommitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "state_commit_batch_size", Help: "Changes per commit.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}),
 		CommitFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "state_commit_failures_total", Help: "Commits the disk refused: a database commit (its writes answered STORAGE), or a settings-backed namespace's file (that namespace's writes answered STORAGE, the rest of the batch committed without them). A write refused because its settings file could not be read (missing, unparsable) is no commit: every STORAGE answer counts in state_requests_total{code=\"STORAGE\"}.",
+			Name: "state_commit_failures_total", Help: "Commits the disk refused: a database commit (its writes answered STORAGE), or a settings-backed namespace's file (that namespace's writes answered STORAGE, the rest of the batch committed without them). A write refused because its settings file could not be read (missing, unparsable) is no commit: every STORAGE answer counts in state_requests_total{code=\"STATE_STORE_ERROR_CODE_STORAGE\"}.",
 		}),
 		WatchClosures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "state_watch_closures_total", Help: "Watches closed by the server, by reason.",
+			Name: "state_watch_closures_total", Help: "Watches the server closed with a CLOSED message, by reason (SPEC section 7.6; the idle closes of state_watches_idle_closed_total included, as ACK_TIMEOUT). An unwatch is no closure, nor is a watch dropped because its subscriber is gone (state_watches_dropped_total).",
 		}, []string{"reason"}),
 		WatchSweeps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "state_watch_sweeps_total", Help: "Looks for watches whose subscriber is gone (embedded NATS only).",
@@ -84,6 +88,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"type"}),
 	}
 	m.dropped.vec = m.RequestsDropped
+	// Every series of the fixed label sets exists from the start, at 0: a series that appeared at its
+	// first event would show no increase() or rate() there, and an alert on it would miss that event
+	// (and, for the requests NATS dropped, read at a scrape, the whole first burst).
+	for _, op := range metricOps() {
+		for _, code := range requestCodes() {
+			m.Requests.WithLabelValues(op, code)
+		}
+		m.RequestSeconds.WithLabelValues(op)
+		m.RequestsDropped.WithLabelValues(op)
+	}
+	for _, outcome := range heartbeatOutcomes {
+		m.Heartbeats.WithLabelValues(outcome)
+	}
+	for _, reason := range closeReasons {
+		m.WatchClosures.WithLabelValues(string(reason))
+	}
 	reg.MustRegister(m.Requests, m.RequestSeconds, &m.dropped, m.CommitSeconds, m.CommitBatch, m.CommitFailures,
 		m.WatchClosures, m.WatchSweeps, m.WatchesDropped, m.WatchesIdleClosed, m.Heartbeats, m.BackendInfo)
 	for _, c := range []prometheus.Collector{collectors.NewBuildInfoCollector(), collectors.NewGoCollector(),
@@ -96,6 +116,47 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	return m
 }
+
+// latencyBuckets are the buckets of a latency histogram from start (seconds), doubling up to past a
+// minute: past the 30 s a request may wait on the store (Options.RequestTimeout), so that a stalled
+// disk or a request that took most of its timeout lands in a bucket of its own, not in +Inf, where
+// histogram_quantile would report the last finite bound.
+func latencyBuckets(start float64) []float64 {
+	var b []float64
+	for v := start; v < 60; v *= 2 {
+		b = append(b, v)
+	}
+	return b
+}
+
+// metricOps are the values of the op label: the state operations and the admin calls.
+func metricOps() []string {
+	ops := make([]string, 0, len(wire.Ops)+len(adminOps))
+	for _, op := range append(slices.Clone(wire.Ops), adminOps...) {
+		ops = append(ops, string(op))
+	}
+	return ops
+}
+
+// requestCodes are the values of state_requests_total's code label.
+func requestCodes() []string {
+	codes := []string{"OK", codeNoReply, ReplyRefused, ReplyFailed}
+	for _, c := range wire.Codes {
+		codes = append(codes, string(c))
+	}
+	return codes
+}
+
+// codeNoReply is the code label of a request the store did not finish within the request timeout (or
+// as the server stopped): its outcome is unknown and it got no reply.
+const codeNoReply = "NO_REPLY"
+
+// heartbeatOutcomes are the values of state_heartbeats_total's outcome label.
+var heartbeatOutcomes = []string{"accepted", "superseded", "refused", "dropped"}
+
+// closeReasons are the values of state_watch_closures_total's reason label: SPEC section 7.6's.
+var closeReasons = []wire.CloseReason{wire.CloseOverflow, wire.CloseAckTimeout, wire.CloseUnauthorized,
+	wire.CloseSnapshotFailed, wire.CloseRestored, wire.CloseShutdown}
 
 func (m *Metrics) observeRequest(op, code string, d time.Duration) {
 	m.Requests.WithLabelValues(op, code).Inc()

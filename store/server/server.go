@@ -775,7 +775,7 @@ func (s *Server) serve(op wire.Op, req micro.Request, start time.Time) {
 		s.opts.Logger.Warn("request not answered: its context ended while the store had it, so its outcome is unknown",
 			"op", string(op), "request_id", id, "timeout", s.opts.RequestTimeout)
 		if m := s.opts.Metrics; m != nil {
-			m.observeRequest(string(op), "NO_REPLY", time.Since(start))
+			m.observeRequest(string(op), codeNoReply, time.Since(start))
 		}
 		return
 	}
