@@ -31,6 +31,9 @@ type Metrics struct {
 	// WatchesIdleClosed counts the watches closed (with ACK_TIMEOUT, so also in WatchClosures)
 	// because no request of their client named them within Options.IdleWatch.
 	WatchesIdleClosed prometheus.Counter
+	// WatchMessagesUnsent counts the watch messages (updates, CLOSED) NATS refused to take from the
+	// server: its connection closed, or reconnecting with a full buffer.
+	WatchMessagesUnsent prometheus.Counter
 	// Heartbeats counts heartbeats by outcome. The ones NATS dropped are added to "dropped" when the
 	// registry is gathered, so they may show one scrape late.
 	Heartbeats  *prometheus.CounterVec
@@ -80,6 +83,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		WatchesIdleClosed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "state_watches_idle_closed_total", Help: "Watches closed with ACK_TIMEOUT (also counted in state_watch_closures_total) because their client sent no request naming them (an ack, of any sequence) within the idle bound ([nats] watch_idle_ms; off by default).",
 		}),
+		WatchMessagesUnsent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "state_watch_messages_unsent_total", Help: "Watch messages (updates, CLOSED messages) the server's NATS connection refused to take: closed, or reconnecting with its buffer full. Their watchers see a sequence gap (or an update that never comes, until their liveness check) and resync.",
+		}),
 		Heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "state_heartbeats_total", Help: "Heartbeats seen, by outcome (accepted; superseded: replaced, while it waited, by a newer heartbeat of its worker; refused: a new worker of a principal at max_workers_per_principal, or of a full system namespace, or a worker status over max_document_bytes; dropped: broke a rule, failed, found too many workers waiting, came as the server stopped, or was dropped by NATS, past the heartbeat subscription's pending limits, before the server took it).",
 		}, []string{"outcome"}),
@@ -105,7 +111,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.WatchClosures.WithLabelValues(string(reason))
 	}
 	reg.MustRegister(m.Requests, m.RequestSeconds, &m.dropped, m.CommitSeconds, m.CommitBatch, m.CommitFailures,
-		m.WatchClosures, m.WatchSweeps, m.WatchesDropped, m.WatchesIdleClosed, m.Heartbeats, m.BackendInfo)
+		m.WatchClosures, m.WatchSweeps, m.WatchesDropped, m.WatchesIdleClosed, m.WatchMessagesUnsent, m.Heartbeats, m.BackendInfo)
 	for _, c := range []prometheus.Collector{collectors.NewBuildInfoCollector(), collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(c); err != nil {

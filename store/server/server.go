@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keeppeek/coordination/store"
 	"github.com/keeppeek/coordination/store/policy"
@@ -1112,6 +1113,9 @@ func checkShape(op wire.Op, data []byte) (int64, error) {
 func (s *Server) watch(ctx context.Context, p policy.Principal, r wire.WatchRequest) (int64, wire.Result, func(error)) {
 	subject := wire.WatchSubject(s.opts.Prefix, p.ID, r.WatchID)
 	g := &gate{nc: s.nc, subject: subject}
+	if m := s.opts.Metrics; m != nil {
+		g.unsent = m.WatchMessagesUnsent
+	}
 	ws, ref, err := s.st.Register(ctx, p, r, g.sink)
 	if err != nil {
 		return r.RequestID, errorResult(r.RequestID, err), nil
@@ -1130,9 +1134,18 @@ func (s *Server) watch(ctx context.Context, p policy.Principal, r wire.WatchRequ
 type gate struct {
 	nc      *nats.Conn
 	subject string
+	unsent  prometheus.Counter // messages NATS refused (nil: not counted)
 	mu      sync.Mutex
 	opened  bool
 	held    [][]byte
+}
+
+// publish hands b to NATS, which buffers it; one it refuses (the connection closed, or reconnecting
+// with a full buffer) is counted: its watcher sees the loss as a gap.
+func (g *gate) publish(b []byte) {
+	if err := g.nc.Publish(g.subject, b); err != nil && g.unsent != nil {
+		g.unsent.Inc()
+	}
 }
 
 func (g *gate) sink(m store.Message) {
@@ -1145,7 +1158,7 @@ func (g *gate) sink(m store.Message) {
 	// Publish copies the message into the connection's buffer: the encoding's buffer is reused.
 	bp := encodeBuffers.Get().(*[]byte)
 	*bp = m.AppendJSON((*bp)[:0])
-	_ = g.nc.Publish(g.subject, *bp) // buffered; a lost connection is seen by the client as a gap
+	g.publish(*bp)
 	putEncodeBuffer(bp)
 }
 
@@ -1166,7 +1179,7 @@ func (g *gate) open() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, b := range g.held {
-		_ = g.nc.Publish(g.subject, b)
+		g.publish(b)
 	}
 	g.held, g.opened = nil, true
 }
