@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -119,5 +120,23 @@ func TestE2EMetricsReadyGauge(t *testing.T) {
 	s.Start()
 	if g, ok := sample(scrape(t, s), "state_ready", nil); !ok || g.GetGauge().GetValue() != 0 || readyz() != http.StatusServiceUnavailable {
 		t.Fatalf("a stated whose store is not served: state_ready %v (present %v), /readyz %d", g.GetGauge().GetValue(), ok, readyz())
+	}
+}
+
+// TestE2EMetricsBuildInfo: the issue asks for build info. Go's go_build_info says "(devel)" for a build
+// from the repository, while stated reports its own version in info and its log; state_build_info
+// carries the version info reports, so a dashboard can tell which stated runs where.
+func TestE2EMetricsBuildInfo(t *testing.T) {
+	s := e2e.NewStated(t, e2e.Config{Principals: principals})
+	s.Start()
+	coord, _ := conn(t, s, "coordinator")
+	info := request(t, coord, "coordinator", wire.OpInfo, `{}`)
+	if !info.OK || info.Version == "" {
+		t.Fatalf("info: %+v", info)
+	}
+	m := scrape(t, s)
+	if g, ok := sample(m, "state_build_info", map[string]string{"version": info.Version, "goversion": runtime.Version()}); !ok || g.GetGauge().GetValue() != 1 {
+		t.Fatalf("state_build_info{version=%q}: %v (present %v); families: %v", info.Version, g.GetGauge().GetValue(), ok,
+			m["state_build_info"].GetMetric())
 	}
 }

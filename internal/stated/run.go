@@ -42,6 +42,9 @@ func Version() string {
 	return "0.1.0-dev"
 }
 
+// serverVersion is Version as info reports it: without a leading "v".
+func serverVersion() string { return strings.TrimPrefix(Version(), "v") }
+
 const usage = `stated: the keeppeek coordination plane's state server.
 
 Usage:
@@ -249,7 +252,10 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	reg := prometheus.NewRegistry()
 	metrics := server.NewMetrics(reg)
 	var ready readiness
-	reg.MustRegister(ready.gauge())
+	reg.MustRegister(ready.gauge(), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "state_build_info", Help: "1, labelled with stated's version (the version info reports) and the Go version it was built with.",
+		ConstLabels: prometheus.Labels{"version": serverVersion(), "goversion": runtime.Version()},
+	}, func() float64 { return 1 }))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", ready.serveHTTP)
@@ -354,7 +360,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		return fmt.Errorf("connect to NATS at %s: %w", natsurl.Redact(url), err)
 	}
 	sopts := server.Options{Prefix: cfg.SubjectPrefix, Principals: cfg.PolicyPrincipals(), BackupDir: cfg.BackupDir(),
-		Version: strings.TrimPrefix(Version(), "v"), Logger: logger, Metrics: metrics, SweepInterval: time.Duration(cfg.NATS.WatchSweepMs) * time.Millisecond,
+		Version: serverVersion(), Logger: logger, Metrics: metrics, SweepInterval: time.Duration(cfg.NATS.WatchSweepMs) * time.Millisecond,
 		IdleWatch: cfg.watchIdle()}
 	if ns != nil {
 		// Only the embedded server can say whether a watch's subscriber is still there.
