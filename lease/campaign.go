@@ -58,7 +58,10 @@ func Campaign(ctx context.Context, c *client.Client, o Options) (*Lease, error) 
 	// and tells the standby nothing, and the release or expiry it then never sends would otherwise
 	// reach the standby only when the default check, 5 to 10 s later, found the watch gone: past the
 	// TTL a failover should take. While the holder renews, the standby acks each renewal's update, and
-	// the check sends nothing more.
+	// the check sends nothing more. The interval also bounds the cache's waits between re-watch
+	// attempts: a standby cut off by a parted NATS route (its connection up, no status change when the
+	// route is back) follows again, and sees a lease released meanwhile, within about a RenewEvery of
+	// the route's return, not MaxResyncBackoff (5 s) later.
 	cache, err := c.NewCache(ctx, client.CacheOptions{Namespace: o.Namespace, KeyPrefix: o.Key, Logger: o.Logger,
 		CheckInterval: o.RenewEvery,
 		Handlers: client.Handlers{

@@ -20,7 +20,8 @@ import (
 )
 
 // Resync backoff bounds: the first failed re-watch waits CacheOptions.ResyncBackoff (default
-// DefaultResyncBackoff), each further one twice as long, up to MaxResyncBackoff.
+// DefaultResyncBackoff), each further one twice as long, up to MaxResyncBackoff, or up to the cache's
+// CheckInterval when that is shorter.
 const (
 	DefaultResyncBackoff = 100 * time.Millisecond
 	MaxResyncBackoff     = 5 * time.Second
@@ -73,7 +74,10 @@ type CacheOptions struct {
 	// Logger logs resyncs and failed re-watches. Default: the client's logger.
 	Logger *slog.Logger
 	// ResyncBackoff is the wait after the first failed re-watch attempt; it doubles per failure up to
-	// MaxResyncBackoff. Default DefaultResyncBackoff (100 ms).
+	// MaxResyncBackoff, or CheckInterval when that is shorter: a cache cut off from the state server
+	// by a parted NATS route sees no status change of its connection when the route comes back, and
+	// only its next attempt finds the store again; one that checks its watch every CheckInterval
+	// follows again within about that long. Default DefaultResyncBackoff (100 ms).
 	ResyncBackoff time.Duration
 	// CheckInterval is how often a cache that sent no ack since the last check asks the server
 	// whether its watch still exists and whether an update was sent that never arrived: a watch can
@@ -136,6 +140,7 @@ type Cache struct {
 	h        Handlers
 	log      *slog.Logger
 	backoff0 time.Duration
+	backoffN time.Duration // the longest wait between attempts: MaxResyncBackoff, or check if shorter
 	check    time.Duration
 	ackDelay time.Duration // as configured; ackHold is what the current incarnation uses
 
@@ -210,11 +215,15 @@ func (c *Client) NewCache(ctx context.Context, o CacheOptions) (*Cache, error) {
 	k := &Cache{
 		c: c, ns: o.Namespace, prefix: o.KeyPrefix, watchID: o.WatchID, h: o.Handlers,
 		log:      o.Logger.With("namespace", o.Namespace, "key_prefix", o.KeyPrefix, "watch_id", o.WatchID),
-		backoff0: min(o.ResyncBackoff, MaxResyncBackoff), check: o.CheckInterval, ackDelay: o.AckDelay,
+		backoffN: MaxResyncBackoff, check: o.CheckInterval, ackDelay: o.AckDelay,
 		entries: map[string]wire.Entry{}, changed: make(chan struct{}), nudge: make(chan struct{}, 1),
 		ctx: lctx, cancel: cancel, done: make(chan struct{}),
 		status: c.nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED),
 	}
+	if o.CheckInterval > 0 {
+		k.backoffN = min(k.backoffN, o.CheckInterval)
+	}
+	k.backoff0 = min(o.ResyncBackoff, k.backoffN)
 	k.useBounds(wire.DefaultBounds()) // until the server says
 	first := make(chan error, 1)
 	go k.run(first)
@@ -368,7 +377,7 @@ func (k *Cache) confirmEpoch(ctx context.Context, epoch string) error {
 			t.Stop()
 			return ErrCacheClosed
 		}
-		backoff = min(2*backoff, MaxResyncBackoff)
+		backoff = min(2*backoff, k.backoffN)
 	}
 }
 
@@ -755,7 +764,7 @@ func (k *Cache) resync(reason string) error {
 		if !k.sleep(backoff) {
 			return k.ctx.Err()
 		}
-		backoff = min(2*backoff, MaxResyncBackoff)
+		backoff = min(2*backoff, k.backoffN)
 	}
 }
 

@@ -1,0 +1,153 @@
+// Package splittest runs a state server on one node of a two-node NATS cluster whose route a test can
+// part and mend, for tests of what a client on the other node sees. A client on the far node keeps a
+// healthy connection through a partition (its pings to its own node succeed) and reaches nothing of
+// the state server: requests fail at once with no responders (a cut route) or time out (a frozen
+// one), and no status change tells it.
+package splittest
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/internal/natstest"
+	"github.com/keeppeek/coordination/store"
+	"github.com/keeppeek/coordination/store/policy"
+	"github.com/keeppeek/coordination/store/server"
+	"github.com/keeppeek/coordination/store/wire"
+)
+
+// Nodes of the cluster.
+const (
+	Far  = 0 // the side of the route without the state server
+	Near = 1 // the state server's node
+)
+
+// Options configure Start.
+type Options struct {
+	// Principals are the state server's principals; the first is used to tell when the far node
+	// forgot the state server. Required.
+	Principals []policy.Principal
+	// Bounds, when set, replace the store's default bounds.
+	Bounds *wire.Bounds
+}
+
+// Env is a state server on the near node of a two-node cluster with a route that parts.
+type Env struct {
+	Cluster *natstest.Cluster
+	Store   *store.Store
+	o       Options
+}
+
+// Start starts the cluster and the state server on its near node; both stop at the test's end.
+func Start(t testing.TB, o Options) *Env {
+	t.Helper()
+	if len(o.Principals) == 0 {
+		t.Fatal("splittest: no principals")
+	}
+	cl := natstest.StartCluster(t, natstest.ClusterOptions{Nodes: 2, LinkedRoute: true})
+	so := store.DefaultOptions()
+	if o.Bounds != nil {
+		so.Bounds = *o.Bounds
+	}
+	st, err := store.Open(filepath.Join(t.TempDir(), "state-store.db"), so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(cl.URL(Near), nats.Name("stated"), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	srv, err := server.New(st, nc, server.Options{Principals: o.Principals, PeerCheckInterval: -1})
+	if err == nil {
+		err = srv.Start()
+	}
+	if err != nil {
+		nc.Close()
+		st.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Stop(ctx)
+		nc.Close()
+	})
+	return &Env{Cluster: cl, Store: st, o: o}
+}
+
+// URL is node's client URL.
+func (e *Env) URL(node int) string { return e.Cluster.URL(node) }
+
+// ConnOptions keep a connection on the node it dialled (no other node learnt of) and reconnecting
+// quickly: add them to a client connection of a test.
+func ConnOptions() []nats.Option {
+	return []nats.Option{nats.IgnoreDiscoveredServers(), nats.ReconnectWait(50 * time.Millisecond)}
+}
+
+// Cut cuts the route and waits until the far node knows of no state server any more.
+func (e *Env) Cut(t testing.TB) {
+	t.Helper()
+	e.Cluster.RouteLink().Cut()
+	subj := wire.StateSubject(wire.DefaultPrefix, e.o.Principals[0].ID, wire.OpInfo)
+	natstest.Poll(t, 30*time.Second, "the far node forgets the state server", func() (bool, string) {
+		// nats-server signals no event for a route's interest going
+		return !e.Cluster.Server(Far).GlobalAccount().SubscriptionInterest(subj), "interest in " + subj
+	})
+}
+
+// Freeze freezes the route: bytes are dropped both ways, every connection stays up, and the far node
+// still believes in the state server's subscriptions (requests time out instead of failing at once).
+func (e *Env) Freeze(testing.TB) { e.Cluster.RouteLink().Freeze() }
+
+// Mend mends the route (after a cut or a freeze) and waits until the cluster routes again. A frozen
+// route dropped bytes of its stream, so it is thawed and connected afresh.
+func (e *Env) Mend(t testing.TB) {
+	t.Helper()
+	link := e.Cluster.RouteLink()
+	link.Thaw()
+	link.Cut() // no-op after a cut
+	link.Mend()
+	e.Cluster.WaitFormed()
+}
+
+// Partition is one way a route parts.
+type Partition struct {
+	Name  string
+	Apart func(*Env, testing.TB)
+}
+
+// Partitions are the two ways a route parts: cut (interest gone at once) and frozen (silence).
+var Partitions = []Partition{{"cut", (*Env).Cut}, {"frozen", (*Env).Freeze}}
+
+// RetryLog is a slog.Handler that signals on Retries, without blocking, each record a client Cache
+// logs when a re-watch attempt failed and it will try again. Make it with NewRetryLog.
+type RetryLog struct{ Retries chan struct{} }
+
+// NewRetryLog makes a RetryLog whose channel holds up to 64 signals not yet received.
+func NewRetryLog() RetryLog { return RetryLog{Retries: make(chan struct{}, 64)} }
+
+// Enabled is true: every record is looked at.
+func (h RetryLog) Enabled(context.Context, slog.Level) bool { return true }
+
+// WithAttrs returns h.
+func (h RetryLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+// WithGroup returns h.
+func (h RetryLog) WithGroup(string) slog.Handler { return h }
+
+// Handle signals a failed re-watch's record.
+func (h RetryLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "state cache watch failed; retrying" {
+		select {
+		case h.Retries <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
