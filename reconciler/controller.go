@@ -70,6 +70,13 @@ type Options struct {
 	// Reconcile still running then is abandoned and logged; when it returns, its outcome schedules
 	// nothing. Default DefaultStopTimeout (10 s).
 	StopTimeout time.Duration
+	// CheckInterval is how often the cache, when idle, checks that its watch is still live
+	// (client.CacheOptions.CheckInterval): across a parted NATS route (the controller's NATS node cut
+	// off from the state server's, its own connection up) no message and no status change tells the
+	// cache that it follows nothing, and only this check does. Cache().Following() turns false within
+	// about two intervals and a request timeout of the partition, and the cache follows again within
+	// about an interval of its end. Default client.DefaultCheckInterval (5 s); negative: never check.
+	CheckInterval time.Duration
 }
 
 // Controller keeps a Cache of the entries under Namespace/KeyPrefix and calls a Reconciler for every
@@ -188,6 +195,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	defer context.AfterFunc(c.ctx, cancel)() // Stop interrupts the wait
 	cache, err := c.c.NewCache(wctx, client.CacheOptions{
 		Namespace: c.o.Namespace, KeyPrefix: c.o.KeyPrefix, WatchID: c.o.WatchID, Logger: c.o.Logger,
+		CheckInterval: c.o.CheckInterval,
 		Handlers: client.Handlers{
 			OnPut:    func(e wire.Entry) { c.onChange(e.Key, true) },
 			OnDelete: func(key string, _ uint64) { c.onChange(key, false) },

@@ -22,6 +22,20 @@
 // Once the NATS connection is closed for good the cache follows nothing more, Cache().Done() is
 // closed, and the controller goes on reconciling from the last entries until Stop: a worker.Worker
 // stops itself then.)
+//
+// Cut off from the state server (its NATS connection down, stated restarting, or a parted route of
+// a NATS cluster, which leaves the controller's own connection up and tells it nothing), the
+// controller receives no change, but it does not pause: a key that a trigger, ResyncEvery, Enqueue or
+// a scheduled retry brings is reconciled on the cache's last entries, which may no longer be the
+// store's, and its writes fail (UNAVAILABLE at once when no state server is reachable, an unknown
+// outcome after a timeout: the write may have been committed), which retries the key with backoff.
+// Across a parted route the cache learns it follows nothing only from its liveness check, so
+// Following() turns false up to about two Options.CheckInterval and a request timeout after the
+// partition began. A Reconcile that must not act on a stale intent checks Following() and returns
+// without acting: once the cache follows again it installs a snapshot, and every key in it, and every
+// key gone meanwhile, is reconciled once more (each once, on the store's current state), which
+// replaces the retries scheduled meanwhile. A write retried after an unknown outcome must be safe to
+// repeat (a put of the whole status, or a conditional put whose CONFLICT says it is already done).
 // Media intents are decoded with DecodeMediaIntent and checked with MediaIntent.Validate: an intent
 // that fails is a worker validation failure (a *ValidationError), reported as an ObservedStatus in
 // state "invalid" (InvalidStatus) and never turned into a command. A publish intent without a valid

@@ -11,6 +11,10 @@
 //	w.Go("elector", elector.Run) // a goroutine the worker owns
 //	err := w.Run(ctx)            // until ctx ends
 //
+// Healthy (HealthHandler) is a liveness check; Ready is the readiness check, which also says when no
+// state server answers the worker (a parted NATS route leaves its connection up and drops its
+// heartbeats: its entry expires at the state server while it runs on).
+//
 // A supervisor (systemd, Kubernetes) stops a process with SIGTERM: end Run's ctx on it too
 // (signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)), or the process dies without the graceful
 // stop and its leases wait for their TTL.

@@ -67,7 +67,7 @@ func nextBeat(t *testing.T, sub *nats.Subscription) wire.Heartbeat {
 }
 
 // HealthHandler serves Healthy: 200 "ok" while the worker runs, 503 with the reason otherwise
-// (HealthHandler doc).
+// (HealthHandler doc); ReadyHandler serves Ready: 200 "ready" while the worker is ready.
 func TestHealthHandler(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{})
 	beats := heartbeats(t, env, "alice", "tx-h")
@@ -76,9 +76,10 @@ func TestHealthHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(w.HealthHandler())
-	defer srv.Close()
-	probe := func() (int, string) {
+	health, ready := httptest.NewServer(w.HealthHandler()), httptest.NewServer(w.ReadyHandler())
+	defer health.Close()
+	defer ready.Close()
+	probe := func(srv *httptest.Server) (int, string) {
 		t.Helper()
 		resp, err := http.Get(srv.URL)
 		if err != nil {
@@ -88,19 +89,26 @@ func TestHealthHandler(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	if code, body := probe(); code != http.StatusServiceUnavailable || !strings.Contains(body, "not running") {
-		t.Fatalf("before Run: %d %q, want 503 with the reason", code, body)
+	for _, srv := range []*httptest.Server{health, ready} {
+		if code, body := probe(srv); code != http.StatusServiceUnavailable || !strings.Contains(body, "not running") {
+			t.Fatalf("before Run: %d %q, want 503 with the reason", code, body)
+		}
 	}
 	stop := runWorker(t, w)
 	awaitReady(t, beats)
-	if code, body := probe(); code != http.StatusOK || strings.TrimSpace(body) != "ok" {
+	if code, body := probe(health); code != http.StatusOK || strings.TrimSpace(body) != "ok" {
 		t.Fatalf("while running: %d %q, want 200 ok", code, body)
+	}
+	if code, body := probe(ready); code != http.StatusOK || strings.TrimSpace(body) != "ready" {
+		t.Fatalf("ready: %d %q, want 200 ready", code, body)
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if code, body := probe(); code != http.StatusServiceUnavailable || !strings.Contains(body, "not running") {
-		t.Fatalf("after Run: %d %q, want 503 with the reason", code, body)
+	for _, srv := range []*httptest.Server{health, ready} {
+		if code, body := probe(srv); code != http.StatusServiceUnavailable || !strings.Contains(body, "not running") {
+			t.Fatalf("after Run: %d %q, want 503 with the reason", code, body)
+		}
 	}
 }
 

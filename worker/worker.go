@@ -66,11 +66,14 @@ type Worker struct {
 	lastErr    error
 	denied     error // NATS's refusal of the last heartbeat checked (verifyHeartbeat), nil if it went through
 	lastBeat   time.Time
-	running    bool
-	kick       chan struct{}
-	hbMu       sync.Mutex // one heartbeat at a time, so they reach the server in sequence order
-	sequence   int64
-	leftOut    int // leases the last heartbeat left out, to log a change once (under hbMu)
+	// unreached is the last reachability check's finding (checkReach): why no state server answered
+	// the worker, nil when one did (or no check has ended yet).
+	unreached error
+	running   bool
+	kick      chan struct{}
+	hbMu      sync.Mutex // one heartbeat at a time, so they reach the server in sequence order
+	sequence  int64
+	leftOut   int // leases the last heartbeat left out, to log a change once (under hbMu)
 }
 
 type namedFunc struct {
@@ -230,6 +233,9 @@ func (w *Worker) poke() {
 // has returned nil: without that check a worker whose entry is never written would report itself
 // healthy. Each periodic heartbeat is checked anew (see verifyHeartbeat), so a worker whose
 // permissions are put right (a reload keeps its connection) is healthy again at its next heartbeat.
+// Healthy cannot tell whether a state server hears the heartbeats (a publish that reaches the worker's
+// NATS node goes out, heard or not): across a parted NATS route it stays nil while the worker's entry
+// expires at the state server. Ready tells.
 func (w *Worker) Healthy() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -339,16 +345,91 @@ func (w *Worker) verifyHeartbeat(ctx context.Context, before error) {
 	w.mu.Unlock()
 }
 
+// Ready reports nil while the worker is ready (Status() is "ready", Healthy is nil) and, as far as it
+// can tell, its heartbeats reach a state server; otherwise why not. A heartbeat is a publish that the
+// worker's NATS node takes whether or not a state server hears it: across a parted NATS cluster route
+// (the worker's node cut off from the state server's, its own connection up) the heartbeats are lost
+// without an error, the worker's entry expires at the state server after three intervals (at least
+// 1 s), and its leases lapse with their TTLs. So Run asks the state server for its info once per such
+// period (the entry's TTL), bounded by that period and the client's request timeout, and Ready reports
+// the last request that got no answer ("no state server answers": UNAVAILABLE at once after a cut
+// route, a timeout across a frozen one), until one is answered again; a warning is logged when it
+// starts and the return of an answer is told. The first answer after a partition that heals is
+// followed by the heartbeat that writes the entry anew; Run goes on through it. It is a readiness
+// check: the state server's absence (a partition, a restart of stated) makes a worker not ready, not
+// dead, and Healthy stays nil meanwhile, since restarting the worker would not help.
+func (w *Worker) Ready() error {
+	if err := w.Healthy(); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.status != wire.StatusReady:
+		return fmt.Errorf("status %s", w.status)
+	case w.unreached != nil:
+		return fmt.Errorf("no state server answers, so the heartbeats reach none (the worker's entry expires): %w", w.unreached)
+	}
+	return nil
+}
+
+// reachPeriod is how often Run checks that a state server answers: the TTL of the worker's entry.
+func (w *Worker) reachPeriod() time.Duration {
+	return max(3*w.opts.HeartbeatInterval, time.Second)
+}
+
+// checkReach asks the state server for its info, once per reachPeriod until ctx ends, while the NATS
+// connection is up (Healthy reports it down), and records the finding for Ready, logging a change.
+func (w *Worker) checkReach(ctx context.Context, log *slog.Logger) {
+	period := w.reachPeriod()
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !w.opts.Conn.IsConnected() {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, min(period, w.client.RequestTimeout()))
+		_, err := w.client.Info(rctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		w.mu.Lock()
+		was := w.unreached
+		w.unreached = err
+		w.mu.Unlock()
+		switch {
+		case err != nil && was == nil:
+			log.Warn("no state server answers: the heartbeats reach none, and the worker's entry expires there (a NATS route partition, or stated down)",
+				"err", err)
+		case err == nil && was != nil:
+			log.Info("a state server answers again")
+		}
+	}
+}
+
 // HealthHandler serves Healthy over HTTP: 200 "ok", or 503 with the reason. It is a liveness check:
 // it says ok while the components start too (a worker waiting for the store is alive, and restarting
-// it would not help). A readiness check is Status() == wire.StatusReady.
-func (w *Worker) HealthHandler() http.Handler {
+// it would not help), and while no state server hears the heartbeats. A readiness check is Ready.
+func (w *Worker) HealthHandler() http.Handler { return checkHandler(w.Healthy, "ok") }
+
+// ReadyHandler serves Ready over HTTP: 200 "ready", or 503 with the reason. It is a readiness check:
+// 503 while the worker starts or stops, and while no state server answers it.
+func (w *Worker) ReadyHandler() http.Handler { return checkHandler(w.Ready, "ready") }
+
+// checkHandler answers 200 with body while check returns nil, else 503 with its error.
+func checkHandler(check func() error, body string) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
-		if err := w.Healthy(); err != nil {
+		if err := check(); err != nil {
 			http.Error(rw, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintln(rw, "ok")
+		fmt.Fprintln(rw, body)
 	})
 }
 
@@ -454,6 +535,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.running = true
 	w.status = wire.StatusStarting // a run after an earlier one starts over, not "stopping"
+	w.unreached = nil
 	w.mu.Unlock()
 	defer func() {
 		w.mu.Lock()
@@ -535,8 +617,13 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.verifyHeartbeat(hbCtx, before)
 		}
 	}()
+	reachDone := make(chan struct{})
+	go func() {
+		defer close(reachDone)
+		w.checkReach(hbCtx, log)
+	}()
 	var stopHeartbeats sync.Once
-	endHeartbeats := func() { stopHeartbeats.Do(func() { hbStop(); <-hbDone }) }
+	endHeartbeats := func() { stopHeartbeats.Do(func() { hbStop(); <-hbDone; <-reachDone }) }
 	defer endHeartbeats()
 
 	var started []Component
@@ -635,6 +722,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	// reconnecting. A heartbeat not flushed here still goes out with the connection's buffer.
 	if w.opts.Conn.IsConnected() && stopCtx.Err() == nil {
 		_ = w.opts.Conn.FlushWithContext(stopCtx)
+	}
+	w.mu.Lock()
+	unreached := w.unreached
+	w.mu.Unlock()
+	if unreached != nil {
+		log.Warn("stopped while no state server answered: the draining and stopping heartbeats likely reached none, so the fleet learns of the stop only when the worker's entry expires, and leases not released expire with their TTLs",
+			"err", unreached)
 	}
 	log.Info("worker stopped")
 	return runErr

@@ -27,7 +27,7 @@ func main() {
 	conn := internal.ConnFlags("dev")
 	service := flag.String("service", "cv-a", "service id: the worker reads service/<id>")
 	workerID := flag.String("worker-id", fmt.Sprintf("cv-%d", os.Getpid()), "worker id")
-	health := flag.String("health-listen", "127.0.0.1:9096", "HTTP address of /healthz (empty: none)")
+	health := flag.String("health-listen", "127.0.0.1:9096", "HTTP address of /healthz and /readyz (empty: none)")
 	internal.ParseFlags()
 	internal.CheckWorkerFlags(*workerID, service)
 	internal.CheckConnFlags(conn)
@@ -62,6 +62,7 @@ func main() {
 	if healthLn != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/healthz", w.Worker().HealthHandler())
+		mux.Handle("/readyz", w.Worker().ReadyHandler())
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.Serve(healthLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
