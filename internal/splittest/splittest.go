@@ -78,7 +78,19 @@ func Start(t testing.TB, o Options) *Env {
 		_ = srv.Stop(ctx)
 		nc.Close()
 	})
-	return &Env{Cluster: cl, Store: st, o: o}
+	e := &Env{Cluster: cl, Store: st, o: o}
+	e.awaitFarInterest(t)
+	return e
+}
+
+// awaitFarInterest waits until the far node knows of the state server's subscriptions, which cross
+// the route a moment after Start: a request from the far node before that finds no responder.
+func (e *Env) awaitFarInterest(t testing.TB) {
+	t.Helper()
+	subj := wire.StateSubject(wire.DefaultPrefix, e.o.Principals[0].ID, wire.OpInfo)
+	natstest.Poll(t, 30*time.Second, "the far node learns of the state server", func() (bool, string) {
+		return e.Cluster.Server(Far).GlobalAccount().SubscriptionInterest(subj), "interest in " + subj
+	})
 }
 
 // URL is node's client URL.
@@ -151,3 +163,13 @@ func (h RetryLog) Handle(_ context.Context, r slog.Record) error {
 	}
 	return nil
 }
+
+// Side is a node of the cluster, named.
+type Side struct {
+	Name string
+	Node int
+}
+
+// Sides are both nodes: a test that places a party (the media server, say) on either runs once per
+// side.
+var Sides = []Side{{"far", Far}, {"near", Near}}

@@ -107,6 +107,18 @@ func Within(d time.Duration, cond func() bool) bool {
 	return true
 }
 
+// Throughout checks, every 50 ms for d, that nothing happens that must not: check returns what it
+// saw and whether that is still fine, and the test fails at the first that is not. There is no event
+// for nothing happening, so a while is watched.
+func Throughout(t *testing.T, d time.Duration, check func() (what string, ok bool)) {
+	t.Helper()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if what, ok := check(); !ok {
+			t.Fatal(what)
+		}
+	}
+}
+
 // Gate is the media server's network: cut, its connection drops and no reconnect gets through until
 // it is opened again. The media server keeps its state meanwhile (same sessions, publications and
 // subscriptions): a media server that goes silent and comes back.

@@ -9,6 +9,12 @@
 // or that started after it and finds the old output in the store (its lease, or the intent's
 // status); a pending or failed status such a holder left, having published nothing, is said stopped
 // the same way. A lease is acted on only while the intent it was claimed for is the store's.
+//
+// A holder that loses its lease (cut off from the state server by a parted NATS route, say, while it
+// still reaches the media server) sends no start: it stops its own publication by its id, once (or
+// again until the media server answers), and writes no status, which is the new holder's to write;
+// the new holder's start of the same variant takes it over (same principal) should that stop not have
+// reached the media server. It claims nothing until the state server answers again.
 package transcode
 
 import (
