@@ -403,17 +403,36 @@ func (r *runner) listUnder(ctx context.Context, prefixes ...string) (own []liste
 }
 
 // deleteListed deletes the listed keys, each at the revision it was listed at, so that an entry
-// rewritten since (by someone else) stays.
+// rewritten since by someone else stays. One rewritten since with the bench's document is the
+// bench's own: a write of an interrupted run that committed after the list (its client gave up on
+// the reply). It is read again and deleted at its new revision, a few times at most.
 func (r *runner) deleteListed(ctx context.Context, own []listed) error {
 	return parallel(len(own), max(len(r.conns), 16), func(w, i int) error {
-		rev := own[i].rev
-		dctx, cancel := r.bounded(ctx)
-		_, err := r.conns[w%len(r.conns)].Delete(dctx, wire.DeleteRequest{Namespace: r.cfg.Namespace, Key: own[i].key, ExpectedRevision: &rev})
-		cancel()
-		if err != nil && !errors.Is(err, wire.ErrNotFound) && !errors.Is(err, wire.ErrConflict) {
-			return fmt.Errorf("delete %s: %w", own[i].key, err)
+		c, rev := r.conns[w%len(r.conns)], own[i].rev
+		for range 5 {
+			dctx, cancel := r.bounded(ctx)
+			_, err := c.Delete(dctx, wire.DeleteRequest{Namespace: r.cfg.Namespace, Key: own[i].key, ExpectedRevision: &rev})
+			cancel()
+			switch {
+			case err == nil, errors.Is(err, wire.ErrNotFound):
+				return nil
+			case !errors.Is(err, wire.ErrConflict):
+				return fmt.Errorf("delete %s: %w", own[i].key, err)
+			}
+			gctx, cancel := r.bounded(ctx)
+			e, err := c.Get(gctx, r.cfg.Namespace, own[i].key)
+			cancel()
+			switch {
+			case errors.Is(err, wire.ErrNotFound):
+				return nil
+			case err != nil:
+				return fmt.Errorf("delete %s: read it again: %w", own[i].key, err)
+			case !r.isBenchEntry(e):
+				return nil // someone else's now: it stays
+			}
+			rev = int64(e.Revision)
 		}
-		return nil
+		return fmt.Errorf("delete %s: rewritten with the bench's document at every try", own[i].key)
 	})
 }
 
