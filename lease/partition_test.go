@@ -32,12 +32,7 @@ func startSplit(t *testing.T) *splitCluster {
 // client connects the coordinator to node only (no other node learnt of) and returns its client.
 func (s *splitCluster) client(t *testing.T, node int) *client.Client {
 	t.Helper()
-	nc, err := client.Connect(s.URL(node), "coordinator", splittest.ConnOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	c, err := client.New(nc, "coordinator", client.WithRequestTimeout(time.Second))
+	c, err := client.New(s.Connect(t, node, "coordinator", client.Connect), "coordinator", client.WithRequestTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

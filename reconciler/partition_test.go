@@ -28,12 +28,7 @@ func startSplit(t *testing.T) *splitEnv {
 // client connects the admin principal to node only (no other node learnt of).
 func (e *splitEnv) client(t *testing.T, node int) *client.Client {
 	t.Helper()
-	nc, err := client.Connect(e.URL(node), admin.ID, splittest.ConnOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	c, err := client.New(nc, admin.ID, client.WithRequestTimeout(time.Second))
+	c, err := client.New(e.Connect(t, node, admin.ID, client.Connect), admin.ID, client.WithRequestTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,12 +37,7 @@ func startSplit(t *testing.T) *splitEnv {
 // conn connects principal to node only.
 func (e *splitEnv) conn(t *testing.T, principal string, node int) *nats.Conn {
 	t.Helper()
-	nc, err := client.Connect(e.URL(node), principal, splittest.ConnOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	return e.Connect(t, node, principal, client.Connect)
 }
 
 // workerEvents follows system/workers/ as the admin on the near node: every PUT's status, and an

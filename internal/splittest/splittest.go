@@ -96,10 +96,20 @@ func (e *Env) awaitFarInterest(t testing.TB) {
 // URL is node's client URL.
 func (e *Env) URL(node int) string { return e.Cluster.URL(node) }
 
-// ConnOptions keep a connection on the node it dialled (no other node learnt of) and reconnecting
-// quickly: add them to a client connection of a test.
-func ConnOptions() []nats.Option {
-	return []nats.Option{nats.IgnoreDiscoveredServers(), nats.ReconnectWait(50 * time.Millisecond)}
+// Dial connects to a NATS URL as a principal (store/client.Connect, which this package cannot name:
+// the client's own tests use it).
+type Dial func(url, principal string, opts ...nats.Option) (*nats.Conn, error)
+
+// Connect dials principal to node only (no other node learnt of), reconnecting quickly, and closes
+// the connection at the test's end.
+func (e *Env) Connect(t testing.TB, node int, principal string, dial Dial) *nats.Conn {
+	t.Helper()
+	nc, err := dial(e.URL(node), principal, nats.IgnoreDiscoveredServers(), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }
 
 // Cut cuts the route and waits until the far node knows of no state server any more.

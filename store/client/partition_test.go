@@ -34,12 +34,7 @@ func startSplit(t *testing.T, bounds *wire.Bounds) *splitEnv {
 // client connects principal to node only (Connect, no other node learnt of) and returns its client.
 func (e *splitEnv) client(t *testing.T, principal string, node int, opts ...Option) *Client {
 	t.Helper()
-	nc, err := Connect(e.URL(node), principal, splittest.ConnOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	c, err := New(nc, principal, opts...)
+	c, err := New(e.Connect(t, node, principal, Connect), principal, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

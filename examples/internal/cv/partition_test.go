@@ -26,12 +26,7 @@ import (
 
 func splitConnect(t *testing.T, e *splittest.Env, node int, principal string) *nats.Conn {
 	t.Helper()
-	nc, err := client.Connect(e.URL(node), principal, splittest.ConnOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	return e.Connect(t, node, principal, client.Connect)
 }
 
 // A CV worker holds an intent's lease and subscription on the far side of a route partition, a

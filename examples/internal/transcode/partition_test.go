@@ -40,12 +40,7 @@ type splitTx struct {
 
 func splitConnect(t *testing.T, e *splittest.Env, node int, principal string) *nats.Conn {
 	t.Helper()
-	nc, err := client.Connect(e.URL(node), principal, splittest.ConnOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	return e.Connect(t, node, principal, client.Connect)
 }
 
 func startSplitTx(t *testing.T, simNode int) *splitTx {

@@ -32,12 +32,7 @@ func TestViewerAcrossARoutePartition(t *testing.T) {
 				e := splittest.Start(t, splittest.Options{Principals: []policy.Principal{{ID: "coordinator", Admin: true}, {ID: "media"},
 					{ID: "transcoder-a", Admin: true}, {ID: user}}})
 				connect := func(node int, principal string) *client.Client {
-					nc, err := client.Connect(e.URL(node), principal, splittest.ConnOptions()...)
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(nc.Close)
-					c, err := client.New(nc, principal, client.WithRequestTimeout(time.Second))
+					c, err := client.New(e.Connect(t, node, principal, client.Connect), principal, client.WithRequestTimeout(time.Second))
 					if err != nil {
 						t.Fatal(err)
 					}
