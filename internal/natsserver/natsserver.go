@@ -166,8 +166,10 @@ func applyUsers(opts *server.Options, users []User) {
 	}
 }
 
-// Reload replaces the users of the running server: unchanged users keep their connections, changed users
-// keep them with the new permissions, removed users are disconnected.
+// Reload replaces the users of the running server: unchanged users keep their connections, a user whose
+// permissions alone changed keeps them with the new permissions, and a user whose password (or nkey)
+// changed is disconnected, as a removed user is: a session opened with a credential the operator
+// replaced does not outlive it, and the client logs in again with the new one.
 func (s *Server) Reload(users []User) error {
 	if !s.Running() {
 		return errors.New("natsserver: reload: the server is not running")

@@ -320,17 +320,25 @@ func fitLeases(st *wire.WorkerStatus, maxBytes int64) int {
 // warnEvery lets a warning about one principal through at most once per period.
 type warnEvery struct {
 	period time.Duration
-	mu     sync.Mutex
-	last   map[string]time.Time
+	// configured, when set, reports whether a principal is configured now: due remembers no other
+	// (a heartbeat refused just before a reload removed its principal warns after keep has run).
+	configured func(principal string) bool
+	mu         sync.Mutex
+	last       map[string]time.Time
 }
 
 // due reports whether a warning about principal goes out now, and if so starts its period. A
 // principal whose period has ended is forgotten then, when a warning goes out: one warned about once
 // is not remembered for as long as the server runs. Between warnings the map may still hold
-// principals whose period ended, at most every configured one (keep drops those removed at reload).
+// principals whose period ended, at most every configured one (keep drops those removed at reload). A
+// principal that is no longer configured is not warned about, nor remembered: the reload that removed
+// it may have run keep already.
 func (w *warnEvery) due(principal string, now time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.configured != nil && !w.configured(principal) {
+		return false
+	}
 	if t, ok := w.last[principal]; ok && now.Sub(t) < w.period {
 		return false
 	}

@@ -169,6 +169,9 @@ func New(st *store.Store, nc *nats.Conn, opts Options) (*Server, error) {
 	if err := s.setPrincipals(opts.Principals); err != nil {
 		return nil, err
 	}
+	// Checked under the warning's lock, which keep takes after a reload has set the principals: a
+	// warning about a principal that a reload is removing is either dropped by keep or never kept.
+	s.hbWarn.configured = func(id string) bool { _, ok := s.Principal(id); return ok }
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
