@@ -105,6 +105,7 @@ type Commands struct {
 	principal string
 	prefix    string
 	timeout   time.Duration
+	lateWait  time.Duration // LateAnswerWait; tests shorten it
 }
 
 // NewCommands returns a media command client acting as principal over nc.
@@ -125,7 +126,7 @@ func NewCommands(nc *nats.Conn, principal string, opts ...Option) (*Commands, er
 	if o.timeout <= 0 {
 		return nil, fmt.Errorf("capabilities: request timeout must be positive, got %v", o.timeout)
 	}
-	return &Commands{nc: nc, principal: principal, prefix: o.prefix, timeout: o.timeout}, nil
+	return &Commands{nc: nc, principal: principal, prefix: o.prefix, timeout: o.timeout, lateWait: LateAnswerWait}, nil
 }
 
 // Principal returns the principal the commands are sent as.
@@ -133,7 +134,9 @@ func (c *Commands) Principal() string { return c.principal }
 
 // Subscribe subscribes to a variant of a stream of the source session. Errors: ErrSourceUnavailable
 // (stale session, offline source), ErrVariantNotReady (no such variant or not READY),
-// ErrInvalidArgument.
+// ErrInvalidArgument. A subscribe whose ctx ends (or whose connection is lost) before its answer
+// comes returns that error, but the media server may still carry it out: the subscription is then
+// left, and nobody knows its id to end it. A caller that may give up uses SubscribeOrUndo.
 func (c *Commands) Subscribe(ctx context.Context, req SubscribeRequest) (SubscribeReply, error) {
 	rep, err := c.subscribe(ctx, req)
 	if err != nil {
@@ -168,7 +171,10 @@ func (c *Commands) Unsubscribe(ctx context.Context, subscriptionID string) error
 // sent. Server errors: ErrRecordingModeInvalid (a mode the source does not allow),
 // ErrSourceUnavailable, ErrPublicationConflict (another publisher owns the variant),
 // ErrInvalidArgument. Starting a variant the principal already publishes takes it over: the reply
-// carries a new publication id and the old one is gone.
+// carries a new publication id and the old one is gone (on the simulator, the variant is PENDING
+// again and the subscriptions to it end). A start whose ctx ends (or whose connection is lost)
+// before its answer comes may still be carried out, its publication holding the variant with nobody
+// knowing its id: a caller that may give up uses StartPublicationOrUndo.
 func (c *Commands) StartPublication(ctx context.Context, req StartPublicationRequest) (StartPublicationReply, error) {
 	rep, err := c.startPublication(ctx, req)
 	if err != nil {
@@ -231,15 +237,38 @@ func (c *Commands) call(ctx context.Context, cmd Command, body any) (Reply, erro
 		}
 		return Reply{}, fmt.Errorf("capabilities: %s not sent on %s: the NATS connection is down: %w", cmd, subj, down)
 	}
+	if err := ctx.Err(); err != nil {
+		return Reply{}, fmt.Errorf("capabilities: %s not sent on %s: %w", cmd, subj, err)
+	}
 	msg, err := c.nc.RequestWithContext(ctx, subj, data)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return Reply{}, fmt.Errorf("capabilities: no media server answered on %s: %w", subj, err)
 		}
-		return Reply{}, fmt.Errorf("capabilities: %s on %s: %w", cmd, subj, err)
+		err = fmt.Errorf("capabilities: %s on %s: %w", cmd, subj, err)
+		if unanswered(err) {
+			err = &noAnswerError{err}
+		}
+		return Reply{}, err
 	}
 	return decodeReply(cmd, msg.Data)
 }
+
+// unanswered reports whether err, the error of a request that was sent, means that no answer came
+// (its wait ended, or the connection was lost or closed while it waited) rather than that the
+// request never left: the media server may then have received it and carried it out. A connection
+// closed just before the send reads so too: a report too many, never one too few.
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionClosed)
+}
+
+// noAnswerError is the error of a command sent and never answered: whether the media server carried
+// it out is unknown.
+type noAnswerError struct{ err error }
+
+func (e *noAnswerError) Error() string { return e.err.Error() }
+func (e *noAnswerError) Unwrap() error { return e.err }
 
 // decodeReply reads a command reply: the envelope of Reply (its error also flat, {"ok": false,
 // "code": ..., "message": ...}), or, without "ok", a bare error ({code, message}, or {error: {code,

@@ -29,7 +29,11 @@
 // errors.Is(err, capabilities.ErrPublicationConflict). Commands refuses, without sending anything, a
 // StartPublication whose recording_mode is missing or unknown: a zero-value StartPublication must
 // never reach the media server; nor does a subscribe or start_publication made while the NATS
-// connection is down (it is refused, not buffered until the connection is back).
+// connection is down (it is refused, not buffered until the connection is back). A subscribe or
+// start_publication whose caller stops waiting is still carried out when the media server gets to
+// it: SubscribeOrUndo and StartPublicationOrUndo follow it to its late answer and end what it made,
+// and report to their onUndoErr what they could not end (a command never answered made something
+// whose id nobody learnt).
 //
 // This package imports nothing of the state store; capabilities/sim is a media server simulator that
 // speaks the same subjects, for tests and demos.

@@ -8,7 +8,7 @@ import (
 )
 
 // LateAnswerWait bounds how long SubscribeOrUndo and StartPublicationOrUndo follow a command they
-// gave up on to its answer.
+// gave up on to its answer (counted from the send, and never less than the caller's own wait).
 const LateAnswerWait = time.Minute
 
 // SubscribeOrUndo is Subscribe for a caller that may stop waiting: it waits for the answer as long
@@ -17,8 +17,15 @@ const LateAnswerWait = time.Minute
 // retry would add one more). It is followed to its answer, for LateAnswerWait at most, and the
 // subscription a late answer names is ended, as is one named by an answer that fails for lacking
 // its variant_id; a failure to end it goes to onUndoErr (nil: dropped).
+//
+// A subscribe sent and never answered (the answer lost with a connection that dropped, the
+// connection closed while it waited, no answer within LateAnswerWait) may have been carried out,
+// and its subscription, whose id nobody learnt, cannot be ended: it is left behind. onUndoErr
+// hears of that too, once, whether the caller had given up or got the transport error itself.
+// Nothing is reported for a subscribe that never left (ctx already done, the connection down, no
+// media server subscribed: nats.ErrNoResponders) or that was refused.
 func (c *Commands) SubscribeOrUndo(ctx context.Context, req SubscribeRequest, onUndoErr func(error)) (SubscribeReply, error) {
-	return orUndo(ctx, c.timeout, CommandSubscribe,
+	return orUndo(ctx, c.timeout, c.lateWait, CommandSubscribe,
 		func(ctx context.Context) (SubscribeReply, error) { return c.subscribe(ctx, req) },
 		func(rep SubscribeReply) bool { return rep.SubscriptionID != "" },
 		func(ctx context.Context, rep SubscribeReply) error {
@@ -32,9 +39,11 @@ func (c *Commands) SubscribeOrUndo(ctx context.Context, req SubscribeRequest, on
 // StartPublicationOrUndo is StartPublication for a caller that may stop waiting, as SubscribeOrUndo
 // is Subscribe's: the publication a late answer names (or an answer that fails for lacking its
 // variant_id) is stopped by its id (one a later start took over already is not found, which is
-// fine), or it would hold its variant for good.
+// fine), or it would hold its variant for good. A start never answered is reported to onUndoErr as
+// SubscribeOrUndo reports a subscribe: the publication it may have made holds its variant, with the
+// principal as publisher, until the principal starts that variant again (a takeover ends it).
 func (c *Commands) StartPublicationOrUndo(ctx context.Context, req StartPublicationRequest, onUndoErr func(error)) (StartPublicationReply, error) {
-	return orUndo(ctx, c.timeout, CommandStartPublication,
+	return orUndo(ctx, c.timeout, c.lateWait, CommandStartPublication,
 		func(ctx context.Context) (StartPublicationReply, error) { return c.startPublication(ctx, req) },
 		func(rep StartPublicationReply) bool { return rep.PublicationID != "" },
 		func(ctx context.Context, rep StartPublicationReply) error {
@@ -46,9 +55,10 @@ func (c *Commands) StartPublicationOrUndo(ctx context.Context, req StartPublicat
 }
 
 // orUndo runs do, waiting for its answer while ctx allows and at most timeout; an answer that comes
-// after that, within LateAnswerWait, is undone, as is one that fails while naming what it made (made
-// tells; do returns such a reply with its error).
-func orUndo[R any](ctx context.Context, timeout time.Duration, cmd Command, do func(context.Context) (R, error),
+// after that, within lateWait, is undone, as is one that fails while naming what it made (made
+// tells; do returns such a reply with its error). A command sent and never answered (a
+// *noAnswerError) is reported to onUndoErr: what it may have made cannot be undone.
+func orUndo[R any](ctx context.Context, timeout, lateWait time.Duration, cmd Command, do func(context.Context) (R, error),
 	made func(R) bool, undo func(context.Context, R) error, onUndoErr func(error)) (R, error) {
 	var zero R
 	if err := ctx.Err(); err != nil {
@@ -66,19 +76,28 @@ func orUndo[R any](ctx context.Context, timeout time.Duration, cmd Command, do f
 		err error
 	}
 	done := make(chan answer, 1)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LateAnswerWait)
+	// The follow-up never cuts the caller's own wait short (a request timeout above LateAnswerWait).
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(lateWait, wait))
 	go func() {
 		defer cancel()
 		rep, err := do(rctx)
 		done <- answer{rep, err}
 	}()
 	undoLater := func(a answer) {
-		if !made(a.rep) {
-			return
+		var uerr error
+		var noAnswer *noAnswerError
+		switch {
+		case made(a.rep):
+			uctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			uerr = undo(uctx, a.rep)
+		case errors.As(a.err, &noAnswer):
+			// Sent, and no answer came: the media server may have carried it out, and what it made,
+			// whose id nobody learnt, cannot be ended. It is reported, never dropped in silence.
+			uerr = fmt.Errorf("capabilities: %s never answered, so the %s it may have made is left behind, its id unknown: %w",
+				cmd, madeNoun(cmd), a.err)
 		}
-		uctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		if uerr := undo(uctx, a.rep); uerr != nil && onUndoErr != nil {
+		if uerr != nil && onUndoErr != nil {
 			onUndoErr(uerr)
 		}
 	}
@@ -99,4 +118,12 @@ func orUndo[R any](ctx context.Context, timeout time.Duration, cmd Command, do f
 	}
 	go func() { undoLater(<-done) }()
 	return zero, err
+}
+
+// madeNoun names what cmd makes.
+func madeNoun(cmd Command) string {
+	if cmd == CommandStartPublication {
+		return "publication"
+	}
+	return "subscription"
 }

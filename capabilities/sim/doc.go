@@ -9,8 +9,9 @@
 // and a transient session_id that changes when a source reconnects (SetOnline); a started publication
 // shows as a PENDING variant published by the principal and becomes READY (or FAILED, when injected)
 // after Options.ReadyDelay, and may fail later, when told to (FailPublication); a variant another
-// principal publishes is a CONFLICT; a stale session is SOURCE_UNAVAILABLE; a source that goes offline
-// loses its publications and subscriptions.
+// principal publishes is a CONFLICT, while its own publisher starting it again takes it over (a new
+// publication, the variant PENDING again, its subscriptions ended); a stale session is
+// SOURCE_UNAVAILABLE; a source that goes offline loses its publications and subscriptions.
 //
 // Tests inspect it directly: Capabilities, Publications, Subscriptions and Commands (every command
 // received, in order, with its principal, body and outcome, unless Options.KeepCommands bounds the

@@ -628,3 +628,37 @@ func TestSetRecordingModesAtRuntime(t *testing.T) {
 		t.Error("an unknown source was taken")
 	}
 }
+
+// A takeover (the publisher starting its variant again) replaces the publication: the variant is
+// PENDING again, published by the same principal, and the subscriptions to it end, as when the
+// publication stops (sim doc, capabilities.Commands.StartPublication doc).
+func TestTakeoverEndsTheVariantsSubscriptions(t *testing.T) {
+	s, nc := start(t, sim.Options{Sources: sim.Sources("front-door"), ReadyDelay: 10 * time.Millisecond})
+	next := changes(t, nc, "kp")
+	session, _, _ := s.SessionID("front-door")
+	start := `{"session_id":"` + session + `","stream_id":"video","variant_id":"v","output_profile":"browser-h264-720p","recording_mode":"disabled"}`
+	first, raw := request(t, nc, "kp", "alice", capabilities.CommandStartPublication, start)
+	if !first.OK {
+		t.Fatal(raw)
+	}
+	next() // started
+	next() // READY
+	sub, raw := request(t, nc, "kp", "bob", capabilities.CommandSubscribe, `{"session_id":"`+session+`","stream_id":"video","variant_id":"v"}`)
+	if !sub.OK {
+		t.Fatal(raw)
+	}
+	second, raw := request(t, nc, "kp", "alice", capabilities.CommandStartPublication, start)
+	if !second.OK || second.PublicationID == first.PublicationID {
+		t.Fatal(raw)
+	}
+	if subs := s.Subscriptions(); len(subs) != 0 {
+		t.Errorf("subscriptions after the takeover: %+v, want none", subs)
+	}
+	if v, ok := s.Capabilities().Variant("front-door", "video", "v"); !ok || v.State != capabilities.StatePending || v.Publisher != "alice" {
+		t.Errorf("variant after the takeover: %+v, %v; want PENDING, published by alice", v, ok)
+	}
+	if r, raw := request(t, nc, "kp", "bob", capabilities.CommandUnsubscribe, `{"subscription_id":"`+sub.SubscriptionID+`"}`); r.OK ||
+		r.Error == nil || r.Error.Code != capabilities.CodeSubscriptionNotFound {
+		t.Errorf("unsubscribe after the takeover: %s, want SUBSCRIPTION_ERROR_CODE_NOT_FOUND", raw)
+	}
+}
