@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/keeppeek/coordination/internal/bench"
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -30,6 +32,24 @@ func (a *app) cmdBench(ctx context.Context, cmd *command, args []string) error {
 	}
 	cfg.URL, cfg.Prefix, cfg.RequestTimeout = a.g.natsURL, a.g.prefix, a.g.timeout
 	cfg.Principals = []bench.Principal{{ID: a.g.user, Password: a.g.password}}
+	tlsOpt, err := a.g.tlsOption()
+	if err != nil {
+		return err
+	}
+	if tlsOpt != nil {
+		cfg.NATSOptions = append(cfg.NATSOptions, tlsOpt)
+	}
+	if a.g.nkey != "" {
+		if *admins != "" || *adminsFile != "" {
+			return usageErrorf("--nkey authenticates --user, and --admins names the principals the bench connects as, by password: give one")
+		}
+		o, err := nats.NkeyOptionFromSeed(a.g.nkey)
+		if err != nil {
+			return usageErrorf("--nkey %s: %v", a.g.nkey, err)
+		}
+		cfg.NATSOptions = append(cfg.NATSOptions, o)
+		cfg.Principals[0].Password = ""
+	}
 	if *adminsFile != "" {
 		if *admins != "" {
 			return usageErrorf("--admins and --admins-file are two ways to name the admins: give one")

@@ -8,6 +8,13 @@ import (
 	"time"
 )
 
+// tinyBench is a statectl command line of global flags followed by a bench of one op a phase,
+// without the idle memory figure.
+func tinyBench(global ...string) []string {
+	return append(global, "bench", "--owners", "1", "--rounds", "1", "--writers", "1", "--connections", "1", "--watches", "1",
+		"--entries", "1", "--idle", "0s", "--metrics-url", "")
+}
+
 // statectl bench refuses, as a usage error and before it connects, a round count it could not hold
 // (one that overflowed made it panic after writing its seeds), and it never deletes a key it did
 // not write under its prefixes: it says which one and exits 1 with the key untouched.

@@ -50,10 +50,13 @@ type globals struct {
 	password string
 	// nkey is the file of the principal's nkey seed (SPEC 14: a principal may be authenticated by
 	// an nkey instead of a password); "" for none.
-	nkey    string
-	prefix  string
-	timeout time.Duration
-	json    bool
+	nkey string
+	// tlsCA, tlsCert and tlsKey are the TLS files (SPEC 14 is silent; stated's [nats] tls_* keys):
+	// the CA bundle that verifies the server, and the client certificate and its key; "" for none.
+	tlsCA, tlsCert, tlsKey string
+	prefix                 string
+	timeout                time.Duration
+	json                   bool
 	// timeoutSet is true when --timeout was given on the command line (watch then stops after it).
 	timeoutSet bool
 	// envUser is the user the environment names (STATECTL_USER, or the default), the one
@@ -78,6 +81,9 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.user, "user", g.user, "principal")
 	fs.StringVar(&g.password, "password", g.password, "password")
 	fs.StringVar(&g.nkey, "nkey", g.nkey, "file of the principal's nkey seed")
+	fs.StringVar(&g.tlsCA, "tls-ca", g.tlsCA, "PEM CA bundle that verifies the NATS server's certificate")
+	fs.StringVar(&g.tlsCert, "tls-cert", g.tlsCert, "PEM client certificate")
+	fs.StringVar(&g.tlsKey, "tls-key", g.tlsKey, "PEM private key of --tls-cert")
 	fs.StringVar(&g.prefix, "prefix", g.prefix, "subject prefix")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "request timeout")
 	fs.BoolVar(&g.json, "json", g.json, "print wire JSON")
@@ -95,6 +101,7 @@ func (g *globals) fromEnv(getenv func(string) string) {
 	g.envUser = g.user
 	g.password = getenv("STATECTL_PASSWORD")
 	g.nkey = getenv("STATECTL_NKEY")
+	g.tlsCA, g.tlsCert, g.tlsKey = getenv("STATECTL_TLS_CA"), getenv("STATECTL_TLS_CERT"), getenv("STATECTL_TLS_KEY")
 	if v := getenv("STATECTL_PREFIX"); v != "" {
 		g.prefix = v
 	}
@@ -159,6 +166,10 @@ func (g *globals) validate() error {
 		if _, err := nats.NkeyOptionFromSeed(g.nkey); err != nil {
 			return usageErrorf("--nkey %s: %v", g.nkey, err)
 		}
+	}
+	// Read now too: a file that cannot be used is a usage error naming the flag and the file.
+	if _, err := g.tlsOption(); err != nil {
+		return err
 	}
 	return nil
 }
@@ -405,8 +416,18 @@ func (a *app) connect() (*conn, error) {
 		// one with a password-less user needs it.
 		opts = append(opts, nats.UserInfo(a.g.user, a.g.password))
 	}
+	tlsOpt, err := a.g.tlsOption()
+	if err != nil {
+		return nil, err
+	}
+	if tlsOpt != nil {
+		opts = append(opts, tlsOpt)
+	}
 	nc, err := client.Connect(a.g.natsURL, a.g.user, opts...)
 	if err != nil {
+		if hint := a.g.tlsFiles().Hint(err); hint != "" {
+			err = fmt.Errorf("%w (%s)", err, hint)
+		}
 		if a.g.envPasswordDropped {
 			err = fmt.Errorf("%w (STATECTL_PASSWORD or STATECTL_NKEY was not sent: it belongs to %s, the environment's user; give --password or --nkey for %s)", err, a.g.envUser, a.g.user)
 		}

@@ -89,10 +89,17 @@ func (e *env) command(ctx context.Context, args ...string) *exec.Cmd {
 // run runs statectl to the end with stdin.
 func (e *env) runIn(stdin string, args ...string) result {
 	e.t.Helper()
+	return e.runWith(stdin, nil, args...)
+}
+
+// runWith runs statectl with stdin, and env added after the environment command sets.
+func (e *env) runWith(stdin string, env []string, args ...string) result {
+	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := e.command(ctx, args...)
 	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Env = append(cmd.Env, env...)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

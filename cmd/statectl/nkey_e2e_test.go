@@ -1,8 +1,6 @@
 package main_test
 
 import (
-	"context"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -23,7 +21,10 @@ func TestNkeyPrincipal(t *testing.T) {
 	}
 	pub, _ := kp.PublicKey()
 	seed, _ := kp.Seed()
-	s := e2e.NewStated(t, e2e.Config{Principals: append(principals[:len(principals):len(principals)], e2e.Principal{ID: "keyed", Nkey: pub})})
+	kpAdmin, _ := nkeys.CreateUser()
+	adminPub, _ := kpAdmin.PublicKey()
+	s := e2e.NewStated(t, e2e.Config{Principals: append(principals[:len(principals):len(principals)], e2e.Principal{ID: "keyed", Nkey: pub},
+		e2e.Principal{ID: "keyed-admin", Admin: true, Nkey: adminPub})})
 	s.Start()
 	e := &env{t: t, s: s, bin: bin, dir: t.TempDir()}
 	seedFile := e.file("keyed.nk", string(seed)+"\n")
@@ -35,21 +36,8 @@ func TestNkeyPrincipal(t *testing.T) {
 	}
 
 	// From the environment, for the environment's user only.
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
 	envRun := func(args ...string) result {
-		cmd := e.command(ctx, args...)
-		cmd.Env = append(cmd.Env, "STATECTL_USER=keyed", "STATECTL_PASSWORD=", "STATECTL_NKEY="+seedFile)
-		var out, errb strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		r := result{stdout: out.String(), stderr: errb.String()}
-		if ee, ok := err.(*exec.ExitError); ok {
-			r.code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return r
+		return e.runEnv([]string{"STATECTL_USER=keyed", "STATECTL_PASSWORD=", "STATECTL_NKEY=" + seedFile}, args...)
 	}
 	if r := envRun("get", "user/keyed", "prefs/ui"); r.code != 0 || !strings.Contains(r.stdout, "dark") {
 		t.Fatalf("get with STATECTL_NKEY: %s", r)
@@ -63,6 +51,14 @@ func TestNkeyPrincipal(t *testing.T) {
 	e.fails(2, "USAGE", "--user", "keyed", "--nkey", e.dir+"/missing.nk", "get", "user/keyed", "prefs/ui")
 	e.fails(2, "USAGE", "--user", "keyed", "--nkey", doc, "get", "user/keyed", "prefs/ui")
 	e.fails(2, "USAGE", "--user", "keyed", "--nkey", seedFile, "--password", "x", "get", "user/keyed", "prefs/ui")
+	// bench connects with the nkey too (every principal it connects as must be an admin); --admins
+	// names principals by password, so the two together are bad usage.
+	adminSeed, _ := kpAdmin.Seed()
+	adminSeedFile := e.file("keyed-admin.nk", string(adminSeed)+"\n")
+	if r := e.ok(tinyBench("--user", "keyed-admin", "--nkey", adminSeedFile)...); !strings.Contains(r.stdout, "serial-cas-p50-us") {
+		t.Fatalf("bench with an nkey: %s", r)
+	}
+	e.fails(2, "USAGE", tinyBench("--user", "keyed-admin", "--nkey", adminSeedFile, "--admins", "coordinator:coord-pw")...)
 	// A seed the server does not know is refused like a wrong password.
 	other, _ := nkeys.CreateUser()
 	otherSeed, _ := other.Seed()

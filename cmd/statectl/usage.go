@@ -25,6 +25,12 @@ Global flags, before or after the command; each also from the environment:
                    principal needs its own --password)
   --nkey FILE      authenticate with the principal's nkey seed in FILE instead ($STATECTL_NKEY; the
                    principal's configuration has nkey = "U..."; --user still names the principal)
+  --tls-ca FILE    PEM CA bundle that verifies the NATS server's certificate, for a private CA
+                   ($STATECTL_TLS_CA; default: the system's roots); any --tls-* flag makes the
+                   connection TLS, with a nats:// URL too
+  --tls-cert FILE  client certificate (PEM) for a server that verifies clients, with --tls-key
+                   ($STATECTL_TLS_CERT)
+  --tls-key FILE   its private key (PEM) ($STATECTL_TLS_KEY)
   --prefix P       subject prefix ($STATECTL_PREFIX; default kp)
   --timeout D      how long a request may take ($STATECTL_TIMEOUT; default 5s)
   --json           print the wire JSON instead of tables ($STATECTL_JSON=true)
@@ -171,7 +177,7 @@ Flags:
   --metrics-url URL   stated's metrics (http://127.0.0.1:9095/metrics); empty: memory not measured
   --namespace NS      service/<id> or user/<id> (service/bench)
   --admins LIST       admin principals to connect as, comma-separated ID:PASSWORD (or ID); connection
-                      i uses the (i mod n)-th (default: --user with --password)
+                      i uses the (i mod n)-th (default: --user with --password or --nkey)
   --admins-file FILE  the same list from FILE, one or more per line (# comments): passwords given
                       on the command line are visible to every user of the machine
   --keep              leave the bench's keys in place

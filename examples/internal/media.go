@@ -21,5 +21,7 @@ func NewTracker(nc *nats.Conn, opts capabilities.TrackerOptions, log *slog.Logge
 // logs, as an error, a media command whose result may be left on the media server with nobody to end
 // it: one answered after it was given up on whose result could not be undone, or one never answered.
 func UndoFailed(log *slog.Logger) func(error) {
-	return func(err error) { log.Error("a media command's result may be left behind on the media server", "err", err) }
+	return func(err error) {
+		log.Error("a media command's result may be left behind on the media server", "err", err)
+	}
 }

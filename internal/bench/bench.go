@@ -70,6 +70,9 @@ type Config struct {
 	Keep bool
 	// Logf, when set, receives a line of progress per step.
 	Logf func(format string, args ...any)
+	// NATSOptions are added to the options of every connection the bench opens: TLS files, or the
+	// nkey of a principal that has no password.
+	NATSOptions []nats.Option
 }
 
 // DefaultConfig returns the qualification workload against a local stated with no configured
@@ -267,6 +270,7 @@ func (r *runner) connect() error {
 		if p.Password != "" {
 			opts = append(opts, nats.UserInfo(p.ID, p.Password))
 		}
+		opts = append(opts, r.cfg.NATSOptions...)
 		nc, err := client.Connect(r.cfg.URL, p.ID, opts...)
 		if err != nil {
 			return fmt.Errorf("bench: %w: %w", ErrConnect, err)

@@ -113,6 +113,8 @@ type Config struct {
 	NATSURL string
 	// WatchSweepMs, when set, is [nats] watch_sweep_ms.
 	WatchSweepMs int64
+	// NATSExtra is added verbatim to the [nats] table (tls_ca = "...", say).
+	NATSExtra string
 }
 
 // NewStated prepares a stated in a fresh directory with free ports; Start runs it.
@@ -136,6 +138,9 @@ func (s *Stated) WriteConfig(c Config) {
 	}
 	if c.WatchSweepMs != 0 {
 		nats += fmt.Sprintf("\nwatch_sweep_ms = %d", c.WatchSweepMs)
+	}
+	if c.NATSExtra != "" {
+		nats += "\n" + strings.TrimSuffix(c.NATSExtra, "\n")
 	}
 	fmt.Fprintf(&b, "data_dir = %q\nhttp_listen = \"127.0.0.1:%d\"\n\n[nats]\n%s\n\n", filepath.Join(s.Dir, "data"), s.HTTPPort, nats)
 	for _, p := range c.Principals {

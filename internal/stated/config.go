@@ -96,6 +96,9 @@ func (r restartSettings) changedOnRestart(next restartSettings) []string {
 		{"nats.user", r.NATS.User, next.NATS.User},
 		{"nats.password", r.NATS.Password, next.NATS.Password},
 		{"nats.creds", r.NATS.Creds, next.NATS.Creds},
+		{"nats.tls_ca", r.NATS.TLSCA, next.NATS.TLSCA},
+		{"nats.tls_cert", r.NATS.TLSCert, next.NATS.TLSCert},
+		{"nats.tls_key", r.NATS.TLSKey, next.NATS.TLSKey},
 		{"nats.watch_sweep_ms", r.NATS.WatchSweepMs, next.NATS.WatchSweepMs},
 		{"nats.watch_idle_ms", r.NATS.WatchIdleMs, next.NATS.WatchIdleMs},
 		{"the settings-backed namespaces ([state_store.settings])", r.Settings, next.Settings},
@@ -141,13 +144,21 @@ func (c *Config) Ineffective() []string {
 }
 
 // NATSConfig chooses the embedded server (Listen) or an external one (URL). User, Password and
-// Creds are stated's own credentials on an external server.
+// Creds are stated's own credentials on an external server; TLSCA, TLSCert and TLSKey its TLS to
+// it (refused with the embedded server, which serves no TLS: see checkTLSMode).
 type NATSConfig struct {
 	Listen   string `toml:"listen"`
 	URL      string `toml:"url"`
 	User     string `toml:"user"`
 	Password string `toml:"password"`
 	Creds    string `toml:"creds"`
+	// TLSCA is a PEM bundle of the CA certificates that verify the external server's certificate
+	// (instead of the system's roots). TLSCert and TLSKey, both or neither, are stated's client
+	// certificate (PEM, its chain may follow) and its private key (PEM), for a server that verifies
+	// clients (mutual TLS). Any of them makes the connection TLS, with a nats:// URL too.
+	TLSCA   string `toml:"tls_ca"`
+	TLSCert string `toml:"tls_cert"`
+	TLSKey  string `toml:"tls_key"`
 	// WatchSweepMs is how often, with the embedded server, stated looks for watches whose subscriber
 	// is gone (a watch with none at two looks running is dropped, freeing its slot). 0: 15,000.
 	WatchSweepMs int64 `toml:"watch_sweep_ms"`
@@ -332,6 +343,9 @@ func (c *Config) Validate() error {
 			// Redacted: the URL may carry a login, and this error goes to the log.
 			return fmt.Errorf("nats: url %q: %w", natsurl.Redact(c.NATS.URL), err)
 		}
+	}
+	if (c.NATS.TLSCert == "") != (c.NATS.TLSKey == "") {
+		return fmt.Errorf("nats: tls_cert and tls_key go together: set both (the client certificate and its private key) or neither")
 	}
 	if err := checkListen(c.HTTPListen); err != nil {
 		return fmt.Errorf("http_listen: %w", err)

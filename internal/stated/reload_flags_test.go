@@ -37,20 +37,7 @@ func TestReloadDoesNotPromiseWhatTheCommandLineOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(cfg.DatabasePath(), store.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	srv, err := server.New(st, nc, server.Options{Prefix: cfg.SubjectPrefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, srv := reloadTarget(t, cfg, ns.ClientURL())
 	// Every overridden key changes in the file, and one that is not (http_listen).
 	write("data_dir = \"/b\"\nhttp_listen = \"127.0.0.1:1\"\n[nats]\nurl = \"nats://127.0.0.1:2\"\n")
 	var log bytes.Buffer
@@ -74,4 +61,24 @@ func TestReloadDoesNotPromiseWhatTheCommandLineOverrides(t *testing.T) {
 			t.Errorf("the reload does not say that %s overrides the file:\n%s", want, log.String())
 		}
 	}
+}
+
+// reloadTarget opens cfg's store and a server of it on the NATS server at url: what reload works on.
+func reloadTarget(t *testing.T, cfg *Config, url string) (*store.Store, *server.Server) {
+	t.Helper()
+	st, err := store.Open(cfg.DatabasePath(), store.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	srv, err := server.New(st, nc, server.Options{Prefix: cfg.SubjectPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, srv
 }

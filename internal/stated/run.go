@@ -53,6 +53,13 @@ Usage:
   stated restore [--config FILE] [--data-dir DIR] BACKUP       restore a backup (server stopped)
   stated version (or --version)                                print the version
   stated help (or --help)                                      print this
+
+The configuration file's keys are SPEC section 14's. On an external NATS server or cluster
+([nats] url, or --nats-url), [nats] user and password, or creds (a credentials file), are stated's
+login, and for TLS: tls_ca = "FILE" (PEM CA bundle that verifies the server; default: the system's
+roots), tls_cert = "FILE" and tls_key = "FILE" (stated's client certificate and key, PEM, both or
+neither, for a server that verifies clients). The embedded server serves no TLS: tls_* with it are
+refused. The files are checked at start and read again at every reconnect.
 `
 
 // Main runs the stated command line and returns the exit code.
@@ -158,6 +165,13 @@ func parseServeFlags(name string, args []string, stderr io.Writer) (*Config, err
 		fmt.Fprintf(stderr, "stated: %v\n", err)
 		return nil, err
 	}
+	if err := cfg.checkTLSMode(); err != nil {
+		if cfg.Path() != "" {
+			err = fmt.Errorf("config %s: %w", cfg.Path(), err)
+		}
+		fmt.Fprintf(stderr, "stated: %v\n", err)
+		return nil, err
+	}
 	cfg.restArgs = fs.Args()
 	return cfg, nil
 }
@@ -238,6 +252,13 @@ func storeOptions(cfg *Config, logger *slog.Logger) (store.Options, error) {
 // Serve runs stated until ctx ends (SIGTERM), reloading principals on every value of hup (SIGHUP).
 func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Writer) error {
 	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// TLS files that cannot be used fail the start before anything is served, naming key and file.
+	tlsOpt, err := cfg.natsTLS(func(err error) {
+		logger.Error("NATS TLS files cannot be used: stated's NATS reconnects fail until they can (no request reaches stated meanwhile)", "err", err)
+	})
+	if err != nil {
+		return err
+	}
 	// The HTTP address is taken first: one in use fails the start before the store is opened and
 	// NATS takes clients, rather than after stated served them (and committed their writes).
 	ln, err := net.Listen("tcp", cfg.HTTPListen)
@@ -346,6 +367,9 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		if cfg.NATS.Creds != "" {
 			connOpts = append(connOpts, nats.UserCredentials(cfg.NATS.Creds))
 		}
+		if tlsOpt != nil {
+			connOpts = append(connOpts, tlsOpt)
+		}
 	}
 	shutdownNATS := func() {
 		if ns != nil {
@@ -357,6 +381,9 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	if err != nil {
 		st.Close()
 		shutdownNATS()
+		if hint := cfg.tlsFiles().Hint(err); hint != "" && ns == nil {
+			return fmt.Errorf("connect to NATS at %s: %w (%s)", natsurl.Redact(url), err, hint)
+		}
 		return fmt.Errorf("connect to NATS at %s: %w", natsurl.Redact(url), err)
 	}
 	sopts := server.Options{Prefix: cfg.SubjectPrefix, Principals: cfg.PolicyPrincipals(), BackupDir: cfg.BackupDir(),
@@ -606,6 +633,17 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, st *store.St
 		logger.Error("SIGHUP: configuration not reloaded", "err", err)
 		return
 	}
+	// The file as the next start with the same command line would read it: --nats-url replaces its
+	// [nats] url or listen.
+	mode := *next
+	if cfg.natsURLFlag != "" {
+		mode.NATS.URL, mode.NATS.Listen = cfg.natsURLFlag, ""
+	}
+	if err := mode.checkTLSMode(); err != nil {
+		// A file on which stated could not start again is refused, as a malformed one is.
+		logger.Error("SIGHUP: configuration not reloaded", "err", fmt.Errorf("config %s: %w", cfg.Path(), err))
+		return
+	}
 	if (len(next.Principals) == 0) != (len(cfg.Principals) == 0) {
 		logger.Error("SIGHUP: switching between the dev principal and configured principals needs a restart")
 		return
@@ -658,12 +696,13 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, st *store.St
 	}
 	// A key that will have no effect at the next restart either (nats.user with the embedded server)
 	// is named as at start: "in effect at the next restart" alone would promise it.
-	mode := *next
-	if cfg.natsURLFlag != "" {
-		mode.NATS.URL, mode.NATS.Listen = cfg.natsURLFlag, ""
-	}
 	for _, w := range mode.Ineffective() {
 		logger.Warn("SIGHUP: configuration: " + w)
+	}
+	// TLS files that cannot be used are named now rather than at the next start, which would fail on
+	// them. The principals are reloaded all the same: a revocation must not wait for a certificate.
+	if _, err := mode.natsTLS(nil); err != nil {
+		logger.Error("SIGHUP: the NATS TLS files cannot be used: the next start would fail on them", "err", err)
 	}
 	if !reloadSettings(cfg, st, logger) {
 		return

@@ -1,0 +1,52 @@
+package stated
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/internal/natstls"
+)
+
+// tlsKeysSet names the [nats] TLS keys the configuration sets.
+func (c *Config) tlsKeysSet() []string {
+	var set []string
+	for _, k := range []struct{ name, v string }{{"tls_ca", c.NATS.TLSCA}, {"tls_cert", c.NATS.TLSCert}, {"tls_key", c.NATS.TLSKey}} {
+		if k.v != "" {
+			set = append(set, k.name)
+		}
+	}
+	return set
+}
+
+// checkTLSMode refuses TLS keys with the embedded NATS server: they configure stated's connection to
+// an external one (url, or --nats-url, which overrides the file's listen), and the embedded server
+// serves no TLS (it listens on loopback by default). Checked once the command line has chosen the
+// mode, not by Validate: a file with listen and tls_ca is right for a stated started with --nats-url.
+func (c *Config) checkTLSMode() error {
+	if c.NATS.URL != "" {
+		return nil
+	}
+	if set := c.tlsKeysSet(); len(set) > 0 {
+		return fmt.Errorf("nats: %s set with the embedded NATS server (listen), which serves no TLS: "+
+			"they are for stated's connection to an external server (url, or --nats-url); remove them, or set url",
+			strings.Join(set, ", "))
+	}
+	return nil
+}
+
+// natsTLS returns the nats.go option of stated's TLS connection to an external server, or nil when
+// no TLS key is set: see natstls.Files.Option, whose failed it takes.
+func (c *Config) natsTLS(failed func(error)) (nats.Option, error) {
+	if c.NATS.URL == "" {
+		return nil, nil
+	}
+	return c.tlsFiles().Option(failed)
+}
+
+// tlsFiles are the [nats] TLS keys.
+func (c *Config) tlsFiles() natstls.Files {
+	return natstls.Files{CA: c.NATS.TLSCA, Cert: c.NATS.TLSCert, Key: c.NATS.TLSKey,
+		CAName: "nats.tls_ca", CertName: "nats.tls_cert", KeyName: "nats.tls_key"}
+}
