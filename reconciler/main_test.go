@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/keeppeek/coordination/internal/e2e"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	e2e.Main(m) // the tests, the removal of the stated binary, goleak
 }
 
 // testTimeout bounds every wait in the tests.

@@ -18,6 +18,16 @@ func StatusKey(intentKey string) string {
 	return "status/" + strings.TrimPrefix(intentKey, "intents/")
 }
 
+// Settled is the revision of an unwanted intent (withdrawn, invalid, no longer a worker's kind) at
+// which a worker found the store holding nothing a gone holder left for it, in the store's epoch: a
+// worker looks once per revision, not at every resync. A revision means something only in its epoch:
+// a store restored from a backup may hold the same intent at the same revision next to the status of
+// a gone holder that the old epoch's look ended.
+type Settled struct {
+	Epoch    string
+	Revision uint64
+}
+
 // ReadStatus reads the observed status of the intent intentKey in ns. ok is false when there is none
 // (or the entry is no status); an error says the store could not be read, which says nothing.
 func ReadStatus(ctx context.Context, c *client.Client, ns, intentKey string) (st reconciler.ObservedStatus, rev uint64, ok bool, err error) {

@@ -84,10 +84,9 @@ type Worker struct {
 
 	mu     sync.Mutex
 	active map[string]*job
-	// settled holds, per unwanted intent (withdrawn, its model removed, invalid), the revision at which
-	// the store was found to hold nothing a gone holder left for it: looked at once per revision, not
-	// at every resync.
-	settled map[string]uint64
+	// settled holds, per unwanted intent (withdrawn, its model removed, invalid), where the store was
+	// found to hold nothing a gone holder left for it.
+	settled map[string]internal.Settled
 	wg      sync.WaitGroup
 }
 
@@ -143,7 +142,7 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Worker{cfg: cfg, ns: "service/" + cfg.Service, w: w, cmds: cmds, active: map[string]*job{}, settled: map[string]uint64{},
+	c := &Worker{cfg: cfg, ns: "service/" + cfg.Service, w: w, cmds: cmds, active: map[string]*job{}, settled: map[string]internal.Settled{},
 		tracker: internal.NewTracker(cfg.Conn, cfg.Capabilities, cfg.Logger)}
 	changed, _ := c.tracker.Subscribe()
 	c.ctrl, err = reconciler.New(w.Client(), c, reconciler.Options{Namespace: c.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
@@ -333,6 +332,9 @@ func (c *Worker) endSubscriptionOf(ctx context.Context, key string, st reconcile
 // Reconcile runs the model on the intent's variant while the intent is desired and this worker holds
 // its lease.
 func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconciler.Result, error) {
+	// The epoch first: a resync between the two reads pairs the new entry with the old epoch, which
+	// only makes the look below happen again, never be skipped.
+	epoch := c.ctrl.Cache().Epoch()
 	e, ok := c.ctrl.Cache().Get(req.Key)
 	var in reconciler.MediaIntent
 	var err error
@@ -398,7 +400,7 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		// Not this worker's job: but a holder that died before it saw the intent go left its
 		// subscription on the media server, and nobody else would ever end it.
 		c.mu.Lock()
-		settled := ok && c.settled[req.Key] == e.Revision
+		settled := ok && c.settled[req.Key] == internal.Settled{Epoch: epoch, Revision: e.Revision}
 		c.mu.Unlock()
 		if settled {
 			return reconciler.Result{}, nil
@@ -409,7 +411,7 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		}
 		c.mu.Lock()
 		if ok { // looked at once per revision of the intent, not at every resync
-			c.settled[req.Key] = e.Revision
+			c.settled[req.Key] = internal.Settled{Epoch: epoch, Revision: e.Revision}
 		} else {
 			delete(c.settled, req.Key)
 		}

@@ -86,11 +86,11 @@ type Transcoder struct {
 
 	leaseFired chan struct{}
 	mu         sync.Mutex
-	held       map[string]*binding   // by intent key
-	lastStatus map[string]statusMemo // intent key -> the last status this worker wrote
-	outputs    map[string]output     // intent key -> the output this worker last saw it want published
-	settled    map[string]uint64     // intent key -> the revision of the unwanted intent nothing is left to stop for
-	told       map[string]string     // intent key -> kind and detail of its last event told, but "status" and "capability ready"
+	held       map[string]*binding         // by intent key
+	lastStatus map[string]statusMemo       // intent key -> the last status this worker wrote
+	outputs    map[string]output           // intent key -> the output this worker last saw it want published
+	settled    map[string]internal.Settled // intent key -> where the unwanted intent had nothing left to stop
+	told       map[string]string           // intent key -> kind and detail of its last event told, but "status" and "capability ready"
 }
 
 // output is an actual output an intent asked for: its lease and its variant.
@@ -157,7 +157,7 @@ func New(cfg Config) (*Transcoder, error) {
 	t := &Transcoder{cfg: cfg, ns: "service/" + cfg.Service, w: w, cmds: cmds,
 		tracker:    internal.NewTracker(cfg.Conn, cfg.Capabilities, cfg.Logger),
 		leaseFired: make(chan struct{}, 1), held: map[string]*binding{}, lastStatus: map[string]statusMemo{},
-		outputs: map[string]output{}, settled: map[string]uint64{}, told: map[string]string{}}
+		outputs: map[string]output{}, settled: map[string]internal.Settled{}, told: map[string]string{}}
 	capsChanged, _ := t.tracker.Subscribe()
 	t.ctrl, err = reconciler.New(w.Client(), t, reconciler.Options{Namespace: t.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
 		Triggers: []<-chan struct{}{capsChanged, t.leaseFired}, ResyncEvery: 10 * time.Second, Logger: cfg.Logger})
@@ -292,6 +292,9 @@ func LeaseKey(in reconciler.MediaIntent) string {
 
 // Reconcile brings one intent's actual state towards its desired state.
 func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (reconciler.Result, error) {
+	// The epoch first: a resync between the two reads pairs the new entry with the old epoch, which
+	// only makes the look below happen again, never be skipped.
+	epoch := t.ctrl.Cache().Epoch()
 	e, ok := t.ctrl.Cache().Get(req.Key)
 	var in reconciler.MediaIntent
 	var err error
@@ -313,7 +316,7 @@ func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (rec
 		t.mu.Unlock()
 		var requeue time.Duration
 		t.mu.Lock()
-		settled := ok && t.settled[req.Key] == e.Revision
+		settled := ok && t.settled[req.Key] == internal.Settled{Epoch: epoch, Revision: e.Revision}
 		t.mu.Unlock()
 		if b == nil && !settled {
 			// Not ours: but a holder that died (or stalled past its lease) before it saw the intent go
@@ -326,7 +329,7 @@ func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (rec
 			t.mu.Lock()
 			delete(t.outputs, req.Key)
 			if ok { // looked at once per revision of the intent, not at every resync
-				t.settled[req.Key] = e.Revision
+				t.settled[req.Key] = internal.Settled{Epoch: epoch, Revision: e.Revision}
 			} else {
 				delete(t.settled, req.Key)
 			}

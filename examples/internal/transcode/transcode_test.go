@@ -10,13 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/keeppeek/coordination/capabilities"
 	"github.com/keeppeek/coordination/capabilities/sim"
 	"github.com/keeppeek/coordination/coordinator"
 	"github.com/keeppeek/coordination/examples/internal/simtest"
 	"github.com/keeppeek/coordination/examples/internal/transcode"
+	"github.com/keeppeek/coordination/internal/e2e"
 	"github.com/keeppeek/coordination/reconciler"
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -127,7 +126,7 @@ func TestRecordingModeCheckedAgainstCapabilities(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { e2e.Main(m) } // the tests, the removal of the stated binary, goleak
 
 // A transcoder that loses its lease stops its own publication: left running it would hold the
 // variant against the new holder.
