@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/keeppeek/coordination/internal/testenv"
@@ -59,6 +60,61 @@ func TestRequestsWithoutAReplySubjectAreServed(t *testing.T) {
 	for _, op := range []string{"put", "info", "audit_verify", "watch"} {
 		if ok := counter(t, env.Metrics.Requests.WithLabelValues(op, "OK")); ok != 0 {
 			t.Errorf("%v %s requests whose reply could not be sent counted OK", ok, op)
+		}
+	}
+}
+
+// A watch whose snapshot reply cannot be sent is closed with SNAPSHOT_FAILED, and that closure is all
+// its subscriber sees: the updates committed while the reply was being made follow a snapshot the
+// client never had, so they are not sent (they came before the CLOSED, which a client reads as a gap
+// in a watch it never started). Writers commit to the namespace all along, and each watch's snapshot
+// is large, so commits land while replies are encoded.
+func TestAWatchWhoseSnapshotFailedSendsOnlyItsClosure(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	nc := env.Connect(t, "coordinator")
+	const ns = "service/noreply"
+	doc := edgeLease(t, 900, "p")
+	for i := range 50 { // a snapshot of some 50 kB, under max_snapshot_bytes
+		okReply(t, request(t, nc, "coordinator", wire.OpPut, putBody(ns, fmt.Sprintf("big%02d", i), doc, "")), "put")
+	}
+	stop := make(chan struct{})
+	var writers sync.WaitGroup
+	for w := range 4 {
+		wc := env.Connect(t, "coordinator")
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				body := putBody(ns, fmt.Sprintf("w%d", w), lease, "")
+				if _, err := wc.Request(wire.StateSubject(wire.DefaultPrefix, "coordinator", wire.OpPut), []byte(body), timeout); err != nil {
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+			}
+		}()
+	}
+	defer writers.Wait()
+	defer close(stop)
+	for i := range 40 {
+		id := fmt.Sprintf("mute%02d", i)
+		sub, err := nc.SubscribeSync(wire.WatchSubject(wire.DefaultPrefix, "coordinator", id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := fmt.Sprintf(`{"watch_id":%q,"namespace":%q}`, id, ns)
+		if err := nc.Publish(wire.StateSubject(wire.DefaultPrefix, "coordinator", wire.OpWatch), []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		if u := nextMessage(t, sub); u.Kind != wire.UpdateClosed || u.Reason != wire.CloseSnapshotFailed {
+			t.Fatalf("watch %s without a reply subject: first message %+v, want CLOSED SNAPSHOT_FAILED", id, u)
+		}
+		if err := sub.Unsubscribe(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

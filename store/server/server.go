@@ -1127,6 +1127,8 @@ func (s *Server) watch(ctx context.Context, p policy.Principal, r wire.WatchRequ
 		if respErr != nil {
 			// This registration only: the client may have unwatched it and watched the id again.
 			s.st.CloseWatchRef(ref, wire.CloseSnapshotFailed, "the snapshot reply could not be delivered: "+respErr.Error())
+			g.openClosed()
+			return
 		}
 		g.open()
 	}
@@ -1141,6 +1143,7 @@ type gate struct {
 	mu      sync.Mutex
 	opened  bool
 	held    [][]byte
+	closure []byte // the held closure of the watch, if one is held
 }
 
 // publish hands b to NATS, which buffers it; one it refuses (the connection closed, or reconnecting
@@ -1155,7 +1158,11 @@ func (g *gate) sink(m store.Message) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.opened {
-		g.held = append(g.held, m.JSON())
+		b := m.JSON()
+		g.held = append(g.held, b)
+		if m.Closed != nil {
+			g.closure = b
+		}
 		return
 	}
 	// Publish copies the message into the connection's buffer: the encoding's buffer is reused.
@@ -1185,4 +1192,16 @@ func (g *gate) open() {
 		g.publish(b)
 	}
 	g.held, g.opened = nil, true
+}
+
+// openClosed opens a gate whose watch is gone (its snapshot reply was not sent): only its closure, if
+// one was held, goes out. The updates held follow a snapshot the client never had, so it could not
+// apply them: sent, they would come before the CLOSED that tells it to start again.
+func (g *gate) openClosed() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closure != nil {
+		g.publish(g.closure)
+	}
+	g.held, g.closure, g.opened = nil, nil, true
 }
