@@ -150,8 +150,8 @@ func (w *Worker) Add(c Component) {
 // Go registers a goroutine the worker owns: Run starts it after the components and cancels its
 // context, and waits for it, when the worker stops: after the heartbeat that says "draining", not as
 // soon as Run's ctx ends, so that the fleet learns of the stop before the goroutine releases its
-// leases. An error it returns (other than the context's)
-// stops the worker. Like Add, it takes part in the next Run, not in one going on; a nil fn makes Run
+// leases. An error it returns (other than the context's) stops the worker, and Run returns it;
+// one it returns as the worker stops is returned by Run too, when nothing failed before. Like Add, it takes part in the next Run, not in one going on; a nil fn makes Run
 // fail before it starts anything.
 func (w *Worker) Go(name string, fn func(ctx context.Context) error) {
 	w.mu.Lock()
@@ -667,7 +667,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := g.fn(runCtx); err != nil && runCtx.Err() == nil {
+				// Once the worker stops, the context's error (wrapped or not) is no failure; any
+				// other is, and Run returns it (a stop that fails to flush or hand over).
+				if err := g.fn(runCtx); err != nil && (runCtx.Err() == nil || !errors.Is(err, runCtx.Err())) {
 					errs <- fmt.Errorf("worker: %s: %w", g.name, err)
 				}
 			}()
@@ -713,6 +715,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	case <-stopCtx.Done():
 		<-stopping // the components' Stop calls have begun
 		runErr = errors.Join(runErr, fmt.Errorf("worker: stop took longer than %v", w.opts.StopTimeout))
+	}
+	if runErr == nil {
+		// A goroutine that failed in its own stop: the first such failure is Run's.
+		select {
+		case runErr = <-errs:
+			log.Error("a goroutine failed as the worker stopped", "err", runErr)
+		default:
+		}
 	}
 	endHeartbeats()
 	w.setStatus(wire.StatusStopping)
