@@ -5,8 +5,11 @@ package natsserver
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -45,7 +48,17 @@ type Options struct {
 	// connection could subscribe until that process runs out of memory (some 640 bytes per
 	// subscription of 30 bytes sent).
 	MaxSubs int
+	// Logger, when set, is told when the server cannot accept client connections (its listener's
+	// Accept fails: the process is out of file descriptors, say). Meanwhile clients cannot connect
+	// (their connections wait, then time out), so the first failure is logged at once, and further
+	// ones at most once per AcceptLogInterval, with how many there were. The server's other reports
+	// are dropped. nil: everything is dropped.
+	Logger *slog.Logger
 }
+
+// AcceptLogInterval is the least time between two logs of Options.Logger about failed accepts: the
+// server tries again after 10 ms, doubling up to 1 s, for as long as the cause lasts.
+const AcceptLogInterval = 10 * time.Second
 
 // Server is a running embedded server.
 type Server struct {
@@ -66,7 +79,7 @@ func Start(o Options) (*Server, error) {
 	// nats-server reports a port it cannot listen on only to its logger, and then never becomes
 	// ready: catch that report, so a taken port fails at once and says why.
 	fatal := make(chan string, 1)
-	ns.SetLogger(fatalLogger(fatal), false, false)
+	ns.SetLogger(&serverLogger{fatal: fatal, logger: o.Logger, listen: o.Listen}, false, false)
 	go ns.Start()
 	timeout := o.ReadyTimeout
 	if timeout == 0 {
@@ -92,21 +105,59 @@ func Start(o Options) (*Server, error) {
 	return &Server{Server: ns, opts: opts}, nil
 }
 
-// fatalLogger is the embedded server's logger: it keeps the first fatal report, which nats-server
-// makes instead of exiting when a logger is set, and drops everything else, as NoLog would.
-type fatalLogger chan string
+// serverLogger is the embedded server's logger: it keeps the first fatal report, which nats-server
+// makes instead of exiting when a logger is set, passes failed accepts on to logger (see
+// Options.Logger), and drops everything else, as NoLog would.
+type serverLogger struct {
+	fatal  chan string
+	logger *slog.Logger
+	listen string
 
-func (l fatalLogger) Fatalf(format string, v ...any) {
+	mu     sync.Mutex
+	last   time.Time // when a failed accept was last logged
+	unsaid int       // failed accepts since, not logged
+}
+
+func (l *serverLogger) Fatalf(format string, v ...any) {
 	select {
-	case l <- fmt.Sprintf(format, v...):
+	case l.fatal <- fmt.Sprintf(format, v...):
 	default:
 	}
 }
-func (fatalLogger) Noticef(string, ...any) {}
-func (fatalLogger) Warnf(string, ...any)   {}
-func (fatalLogger) Errorf(string, ...any)  {}
-func (fatalLogger) Debugf(string, ...any)  {}
-func (fatalLogger) Tracef(string, ...any)  {}
+
+func (l *serverLogger) Errorf(format string, v ...any) {
+	// nats-server: "Temporary Client Accept Error(%v), sleeping %dms" (a net.Error it retries
+	// after a pause) or "Client Accept error: %v".
+	if l.logger == nil || !strings.Contains(strings.ToLower(format), "accept error") {
+		return
+	}
+	msg := fmt.Sprintf(format, v...)
+	l.mu.Lock()
+	now := time.Now()
+	if !l.last.IsZero() && now.Sub(l.last) < AcceptLogInterval {
+		l.unsaid++
+		l.mu.Unlock()
+		return
+	}
+	repeated := l.unsaid
+	l.last, l.unsaid = now, 0
+	l.mu.Unlock()
+	args := []any{"listen", l.listen, "err", msg}
+	if repeated > 0 {
+		args = append(args, "failed_since_last_log", repeated)
+	}
+	if strings.Contains(msg, "too many open files") {
+		args = append(args, "hint", "the process is out of file descriptors: raise its open-file limit (RLIMIT_NOFILE, "+
+			"systemd's LimitNOFILE=), or have fewer clients; it accepts them again as connections close")
+	}
+	l.logger.Error("the embedded NATS server cannot accept client connections: new clients cannot connect (their "+
+		"connections wait, then time out) until it can", args...)
+}
+
+func (*serverLogger) Noticef(string, ...any) {}
+func (*serverLogger) Warnf(string, ...any)   {}
+func (*serverLogger) Debugf(string, ...any)  {}
+func (*serverLogger) Tracef(string, ...any)  {}
 
 func serverOptions(o Options) (*server.Options, error) {
 	listen := o.Listen

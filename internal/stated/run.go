@@ -281,7 +281,10 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", ready.serveHTTP)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{DisableCompression: true}))
-	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// The HTTP server's own errors (a connection it cannot accept: out of file descriptors) go to
+	// stated's log as its other lines do.
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: slog.NewLogLogger(logger.With("http", cfg.HTTPListen).Handler(), slog.LevelWarn)}
 	httpDone := make(chan struct{})
 	go func() {
 		defer close(httpDone)
@@ -311,13 +314,24 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	if err != nil {
 		return err
 	}
-	opts.Observer = metrics
+	commitFailed := make(chan struct{}, 1)
+	opts.Observer = failureObserver{Observer: metrics, failed: commitFailed}
 	st, err := store.Open(cfg.DatabasePath(), opts)
 	if err != nil {
 		return err
 	}
 	if reason := st.Unavailable(); reason != nil {
 		logger.Error("THE STATE STORE IS NOT SERVED: every operation answers UNAVAILABLE", "reason", reason)
+	}
+	// A store served at start that stops serving (a commit of unknown outcome: see storeStopped) is
+	// served again only by a restart: stated exits for it, non-zero, so that its supervisor restarts
+	// it. A store that did not load stays as it is: a restart would not load it either.
+	// runCtx ends when stated stops: at SIGTERM, or when the store stops serving.
+	runCtx, stopRunning := context.WithCancel(ctx)
+	defer stopRunning()
+	stopped := make(chan error, 1)
+	if st.Unavailable() == nil {
+		go storeStopped(runCtx, st, commitFailed, stopped)
 	}
 	for _, w := range cfg.Ineffective() {
 		logger.Warn("configuration: " + w)
@@ -347,7 +361,9 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 			users = natsUsers(cfg, internalPassword)
 			connOpts = append(connOpts, nats.UserInfo(internalUser, internalPassword))
 		}
-		ns, err = natsserver.Start(embeddedNATSOptions(cfg, users))
+		nsOpts := embeddedNATSOptions(cfg, users)
+		nsOpts.Logger = logger // a client connection it cannot accept (out of file descriptors) is logged
+		ns, err = natsserver.Start(nsOpts)
 		if err != nil {
 			st.Close()
 			return fmt.Errorf("nats.listen %s: %w", cfg.NATS.Listen, err)
@@ -444,17 +460,22 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	trimmed := make(chan struct{})
 	go func() {
 		defer close(trimmed)
-		trimWhenIdle(ctx, 500*time.Millisecond, activity, trim)
+		trimWhenIdle(runCtx, 500*time.Millisecond, activity, trim)
 	}()
+	var stoppedErr error
 	for {
 		select {
 		case <-hup:
 			reload(cfg, ns, srv, st, internalPassword, logger)
 			continue
+		case stoppedErr = <-stopped:
+			logger.Error("THE STATE STORE STOPPED SERVING: stated exits (status 1) so that a restart reloads the database; "+
+				"restart it if no supervisor does", "reason", stoppedErr)
 		case <-ctx.Done():
 		}
 		break
 	}
+	stopRunning()
 	ready.stopping.Store(true)
 	<-trimmed // a trim under way ends before the server and its connection stop
 	logger.Info("stopping: finishing in-flight commits and closing watches with SHUTDOWN")
@@ -468,7 +489,55 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		logger.Error("stop", "err", err)
 	}
 	logger.Info("stopped")
+	if stoppedErr != nil {
+		return fmt.Errorf("the state store stopped serving, a restart reloads it: %w", stoppedErr)
+	}
 	return nil
+}
+
+// failureObserver is the store's Observer (the metrics) that also signals failed on every commit the
+// disk refused, without waiting.
+type failureObserver struct {
+	store.Observer
+	failed chan<- struct{}
+}
+
+func (o failureObserver) CommitFailed() {
+	o.Observer.CommitFailed()
+	select {
+	case o.failed <- struct{}{}:
+	default:
+	}
+}
+
+// storeStopped sends on stopped the reason st stopped serving, once it does. The store stops (halts)
+// after a commit whose outcome is unknown (a sync of the database failed after its meta page was
+// written, a settings file could not be put back after a failed commit): it then answers
+// UNAVAILABLE to every call until a restart reloads what the disk holds. That happens only in the
+// failure of a commit, which failed signals as the store reports it, just before it stops; a plain
+// failure (STORAGE, nothing changed) does not stop it. Between failures storeStopped waits without
+// looking, so an idle stated stays still.
+func storeStopped(ctx context.Context, st *store.Store, failed <-chan struct{}, stopped chan<- error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-failed:
+		}
+		// The store stops right after it reported the failure, in the same call: a few looks
+		// over a second see it.
+		for wait := time.Millisecond; wait < time.Second; wait *= 2 {
+			if err := st.Unavailable(); err != nil {
+				stopped <- err
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+	}
 }
 
 // embeddedNATSOptions are the options of the embedded NATS server for cfg, with users (none: no
