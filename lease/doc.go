@@ -14,7 +14,13 @@
 // local refusal (ErrNotHeld) are the early answer; the guard is the protection. A revision means
 // something only in the store's epoch (SPEC section 4): a restore starts a new one, where another
 // claim may reach the same number, so renewals, guarded writes and Release first ask the store's epoch,
-// and a lease claimed in another epoch is lost (ErrRestored) without a write.
+// and a lease claimed in another epoch is lost (ErrRestored) without a write. Its holder learns that
+// only at its next renewal, and the restored store may not hold its entry at all (claimed after the
+// backup), so a claim made within a TTL of its client first seeing the new epoch is refused
+// (RestoreWaitError, ErrHeld) for the rest of that TTL, which Campaign waits out (see
+// client.Client.SinceEpochChange): by then every former holder has let go, renewing or not, as a dead
+// holder's entry has expired when a standby takes over. This assumes the key's holders
+// use one TTL, and a client that first connects after the restore cannot tell.
 //
 // Campaign is the standby: it claims, and while the lease is held it watches the key and claims again
 // as soon as the entry is deleted or expires, without reading it again and again (it only checks,

@@ -3,6 +3,7 @@ package lease
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/keeppeek/coordination/store/wire"
 )
@@ -10,6 +11,25 @@ import (
 // ErrHeld is returned by Claim when someone already holds the lease. The error is a *HeldError
 // wrapping the store's CONFLICT, so errors.Is(err, wire.ErrConflict) holds as well.
 var ErrHeld = errors.New("lease: held by another holder")
+
+// RestoreWaitError is Claim's refusal, made without a write, within a TTL of its client first seeing
+// a restore (a new epoch, SPEC section 4; see client.Client.SinceEpochChange): a holder of the former
+// epoch may still act on the lease, which the restored store may not hold at all (claimed after the
+// backup), until it notices the restore at its next renewal, or its lease runs out, by RetryAfter at
+// the latest. It wraps ErrHeld: the key is to be treated as held until then, and claimed again after
+// RetryAfter (nothing in the store changes to say so). Campaign waits it out by itself.
+type RestoreWaitError struct {
+	Namespace, Key string
+	RetryAfter     time.Duration
+}
+
+func (e *RestoreWaitError) Error() string {
+	return fmt.Sprintf("lease: %s:%s may still be held by a holder from before the store was restored: claim again in %v",
+		e.Namespace, e.Key, e.RetryAfter)
+}
+
+// Unwrap makes errors.Is(err, ErrHeld) true.
+func (e *RestoreWaitError) Unwrap() error { return ErrHeld }
 
 // ErrLost is wrapped by Lease.Err once the lease was lost: a renewal was refused (CONFLICT: someone
 // else's entry, or none), a guarded write proved the entry gone, renewals did not get through

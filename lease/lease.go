@@ -75,7 +75,11 @@ type attempt struct {
 // The lease belongs to the store's epoch at the claim (SPEC section 4): a restore voids its revision,
 // which a new holder's claim may reach again. Each renewal and each guarded write (Put, Delete,
 // SaveOffset) checks the epoch first, with an info request: a changed epoch loses the lease (Lost,
-// ErrRestored) without touching the store.
+// ErrRestored) without touching the store. A claim made within TTL of c first seeing a restore (see
+// Client.SinceEpochChange) is refused with a *RestoreWaitError (ErrHeld) until the rest of that TTL
+// has passed: a holder of the former epoch, whose lease the restored store may not hold, has stopped
+// by then, as one that died has once its lease expires. A client that first connects after the
+// restore cannot tell.
 func Claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 	o, err := o.resolve()
 	if err != nil {
@@ -94,6 +98,25 @@ func claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("lease: claim %s:%s: %w", o.Namespace, o.Key, err)
+	}
+	if since, ok := c.SinceEpochChange(info.Epoch); ok && since < o.TTL {
+		// A restore this client saw: a holder of the former epoch may still act on its lease, which
+		// the restored store may not hold (claimed after the backup), until it notices the restore
+		// (its next renewal), or else its lease runs out, within a TTL of the store going down for
+		// the restore, before this client saw it. That is waited out, as a claim after a gone
+		// holder waits for its entry to expire: Claim refuses, so that a reconciler is not held up
+		// (stopping what a lost lease covered, say) and claims again later; a Campaign waits.
+		wait := &RestoreWaitError{Namespace: o.Namespace, Key: o.Key, RetryAfter: o.TTL - since}
+		if !o.boundClaims {
+			return nil, wait
+		}
+		t := time.NewTimer(wait.RetryAfter)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("lease: claim %s:%s: waiting out the former epoch's leases after a restore: %w", o.Namespace, o.Key, ctx.Err())
+		}
 	}
 	sent, claimedAt := o.now(), time.Now().UnixMilli()
 	doc, err := json.Marshal(document{Holder: o.Holder, ClaimedAtMs: claimedAt, Purpose: o.Purpose})

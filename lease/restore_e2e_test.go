@@ -248,3 +248,60 @@ func TestGuardOfALeaseLostToARestore(t *testing.T) {
 		t.Fatalf("new holder's Guard %+v at revision %d", g, lb.Revision())
 	}
 }
+
+// TestClaimAfterARestoreWaitsOutTheFormerHolder: a holder claimed its lease after the backup, so the
+// restored store does not hold it, yet the holder acts on it until it notices the restore (its next
+// renewal). A standby that had seen the store before the restore used to claim the key at once, and
+// two workers acted on one lease (two publications of one source, in the example transcoders). Claim
+// refuses (RestoreWaitError) until a TTL from seeing the change has passed, and Campaign waits it out,
+// as they wait for a gone holder's entry to expire: the holder has let go by the time the claim is
+// made.
+func TestClaimAfterARestoreWaitsOutTheFormerHolder(t *testing.T) {
+	s := startStated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	holder, standby := statedClient(t, s), statedClient(t, s)
+	backup := s.OfflineBackup() // no lease in it
+	// The standby has seen the epoch before the restore.
+	if _, err := standby.Info(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 3 * time.Second
+	la, err := lease.Claim(ctx, holder, opts(key, "replica-a", ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { releaseNow(t, la) })
+
+	s.Restore(backup)
+	if _, ok := standby.SinceEpochChange("no such epoch"); ok {
+		t.Fatal("SinceEpochChange reports a change to an epoch never seen")
+	}
+	// Claim refuses at once, writing nothing, and says when to claim again.
+	_, err = lease.Claim(ctx, standby, opts(key, "replica-b", ttl))
+	var wait *lease.RestoreWaitError
+	if !errors.As(err, &wait) || !errors.Is(err, lease.ErrHeld) || wait.RetryAfter <= 0 || wait.RetryAfter > ttl {
+		t.Fatalf("claim just after the restore: %v, want a RestoreWaitError (ErrHeld) with RetryAfter in (0, %v]", err, ttl)
+	}
+	if _, err := standby.Get(ctx, ns, key); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("the refused claim wrote the lease: %v", err)
+	}
+	// Campaign waits it out.
+	lb, err := lease.Campaign(ctx, standby, opts(key, "replica-b", ttl))
+	if err != nil {
+		t.Fatalf("campaign after the restore: %v", err)
+	}
+	t.Cleanup(func() { releaseNow(t, lb) })
+	select {
+	case <-la.Lost():
+	default:
+		t.Fatal("replica-b claimed the lease while replica-a, which claimed it before the restore, still held it")
+	}
+	info, err := standby.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if since, ok := standby.SinceEpochChange(info.Epoch); !ok || since < ttl {
+		t.Fatalf("SinceEpochChange(%s) = %v, %v: want the change seen at least a TTL (%v) before the claim returned", info.Epoch, since, ok, ttl)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/keeppeek/coordination/internal/boottime"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -60,6 +61,10 @@ type Client struct {
 	// WATCH_EXISTS because of the earlier one's registration, which nobody would then unwatch if its
 	// caller gave up too; and the earlier one's unwatch could remove the later one's watch.
 	watchBusy map[string]chan struct{}
+
+	epochMu sync.Mutex
+	epoch   string           // the store's epoch as last seen in an info reply ("" before one)
+	changed boottime.Instant // when epoch was first seen replacing another one (zero: never)
 }
 
 // Connect dials NATS for principal the way the state server's permissions require: inbox prefix
@@ -340,11 +345,33 @@ func (c *Client) Info(ctx context.Context) (wire.Info, error) {
 	if err != nil {
 		return wire.Info{}, err
 	}
+	if res.Epoch != "" {
+		c.epochMu.Lock()
+		if c.epoch != "" && c.epoch != res.Epoch {
+			c.changed = boottime.Now()
+		}
+		c.epoch = res.Epoch
+		c.epochMu.Unlock()
+	}
 	info := wire.Info{ServerID: res.ServerID, Version: res.Version, Epoch: res.Epoch, Features: res.Features}
 	if res.Bounds != nil {
 		info.Bounds = *res.Bounds
 	}
 	return info, nil
+}
+
+// SinceEpochChange reports how long ago this client first saw the store's epoch epoch (from an info
+// reply: its caches' and leases' too) replace another epoch it had seen: a restore (SPEC section 4)
+// it witnessed. ok is false when epoch is not the last epoch it saw, or it saw no other before it.
+// A lease claimed in the old epoch may still be acted on by its holder until it notices the restore
+// (the restored store may not even hold it): lease.Claim waits a TTL from the change for that.
+func (c *Client) SinceEpochChange(epoch string) (since time.Duration, ok bool) {
+	c.epochMu.Lock()
+	defer c.epochMu.Unlock()
+	if epoch == "" || epoch != c.epoch || c.changed.IsZero() {
+		return 0, false
+	}
+	return boottime.Since(c.changed), true
 }
 
 // Ack acknowledges that every update of watchID up to seq was applied. An unknown (or closed) watch

@@ -396,6 +396,10 @@ func (t *Transcoder) Reconcile(ctx context.Context, req reconciler.Request) (rec
 	delete(t.settled, req.Key)
 	t.mu.Unlock()
 	b, err = t.claim(ctx, req.Key, in, e.Revision)
+	var restored *lease.RestoreWaitError
+	if errors.As(err, &restored) {
+		return reconciler.Result{RequeueAfter: restored.RetryAfter}, nil
+	}
 	if errors.Is(err, errStaleIntent) {
 		// The cache's update enqueues the key again; this requeue is only a backstop.
 		return reconciler.Result{RequeueAfter: t.cfg.LeaseTTL}, nil
@@ -644,6 +648,12 @@ func (t *Transcoder) claim(ctx context.Context, key string, in reconciler.MediaI
 	}
 	l, err := lease.Claim(ctx, t.w.Client(), lease.Options{Namespace: t.ns, Key: leaseKey, Holder: t.cfg.WorkerID,
 		TTL: t.cfg.LeaseTTL, Purpose: purposePublish + key, Logger: t.cfg.Logger})
+	var restored *lease.RestoreWaitError
+	if errors.As(err, &restored) {
+		// A holder from before a restore may still publish this output: Reconcile looks again.
+		t.event("standby", key, "%s may be held by a worker from before the restore", leaseKey)
+		return nil, err
+	}
 	if errors.Is(err, lease.ErrHeld) {
 		t.event("standby", key, "%s is held by another worker", leaseKey)
 		return nil, nil
