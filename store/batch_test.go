@@ -225,9 +225,19 @@ func TestUncertainCommitStopsTheStore(t *testing.T) {
 	_, ch := watchT(t, s, admin, "w", "service/tx", "")
 	lb := &landedButFailed{backend: s.be, fail: true}
 	s.be = lb
+	select {
+	case <-s.Halted():
+		t.Fatal("Halted closed before any commit failed")
+	default:
+	}
 	_, err := s.Put(ctx, admin, putLease("service/tx", "b"))
 	wantCode(t, err, wire.CodeUnavailable)
 	wantClosed(t, ch, wire.CloseShutdown)
+	select {
+	case <-s.Halted():
+	default:
+		t.Fatal("Halted not closed once the store stopped serving")
+	}
 	lb.fail = false
 	_, err = s.Put(ctx, admin, putLease("service/tx", "c"))
 	wantCode(t, err, wire.CodeUnavailable)

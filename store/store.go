@@ -30,6 +30,7 @@ type Store struct {
 	be      backend
 	reason  error                 // non-nil: unavailable
 	halted  atomic.Pointer[error] // set: stopped serving after a commit of unknown outcome (halt)
+	haltCh  chan struct{}         // closed when halted is set
 	epoch   string
 
 	// mu guards the memory state below. The committer is its only writer; it reads without the lock
@@ -94,6 +95,7 @@ func Open(path string, opts Options) (*Store, error) {
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
+		haltCh:  make(chan struct{}),
 	}
 	s.watches.init(opts.Bounds, opts.Observer)
 	if err := s.load(path); err != nil {
@@ -382,8 +384,14 @@ func (s *Store) halt(reason error) {
 	if s.halted.CompareAndSwap(nil, &reason) {
 		s.opts.Logger.Error("state store stopped serving", "reason", reason)
 		s.watches.shutdown(wire.CloseShutdown, "the state store stopped after a storage error")
+		close(s.haltCh)
 	}
 }
+
+// Halted is closed when the store stops serving for good after a commit of unknown outcome (see
+// Unavailable for the reason): only a restart serves it again. A store that did not load, or is
+// closed, never closes it.
+func (s *Store) Halted() <-chan struct{} { return s.haltCh }
 
 // Serving returns nil while the store is served, and UNAVAILABLE (with the reason) when it did not
 // load or is closed: what every call but Info answers first.

@@ -314,8 +314,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	if err != nil {
 		return err
 	}
-	commitFailed := make(chan struct{}, 1)
-	opts.Observer = failureObserver{Observer: metrics, failed: commitFailed}
+	opts.Observer = metrics
 	st, err := store.Open(cfg.DatabasePath(), opts)
 	if err != nil {
 		return err
@@ -323,16 +322,9 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	if reason := st.Unavailable(); reason != nil {
 		logger.Error("THE STATE STORE IS NOT SERVED: every operation answers UNAVAILABLE", "reason", reason)
 	}
-	// A store served at start that stops serving (a commit of unknown outcome: see storeStopped) is
-	// served again only by a restart: stated exits for it, non-zero, so that its supervisor restarts
-	// it. A store that did not load stays as it is: a restart would not load it either.
-	// runCtx ends when stated stops: at SIGTERM, or when the store stops serving.
+	// runCtx ends when stated stops: at SIGTERM, or when the store stops serving (see below).
 	runCtx, stopRunning := context.WithCancel(ctx)
 	defer stopRunning()
-	stopped := make(chan error, 1)
-	if st.Unavailable() == nil {
-		go storeStopped(runCtx, st, commitFailed, stopped)
-	}
 	for _, w := range cfg.Ineffective() {
 		logger.Warn("configuration: " + w)
 	}
@@ -468,7 +460,11 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		case <-hup:
 			reload(cfg, ns, srv, st, internalPassword, logger)
 			continue
-		case stoppedErr = <-stopped:
+		case <-st.Halted():
+			// A store served at start that stopped serving (a commit of unknown outcome) is served
+			// again only by a restart: stated exits for it, non-zero, so that its supervisor restarts
+			// it. A store that did not load never gets here: a restart would not load it either.
+			stoppedErr = st.Unavailable()
 			logger.Error("THE STATE STORE STOPPED SERVING: stated exits (status 1) so that a restart reloads the database; "+
 				"restart it if no supervisor does", "reason", stoppedErr)
 		case <-ctx.Done():
@@ -493,51 +489,6 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		return fmt.Errorf("the state store stopped serving, a restart reloads it: %w", stoppedErr)
 	}
 	return nil
-}
-
-// failureObserver is the store's Observer (the metrics) that also signals failed on every commit the
-// disk refused, without waiting.
-type failureObserver struct {
-	store.Observer
-	failed chan<- struct{}
-}
-
-func (o failureObserver) CommitFailed() {
-	o.Observer.CommitFailed()
-	select {
-	case o.failed <- struct{}{}:
-	default:
-	}
-}
-
-// storeStopped sends on stopped the reason st stopped serving, once it does. The store stops (halts)
-// after a commit whose outcome is unknown (a sync of the database failed after its meta page was
-// written, a settings file could not be put back after a failed commit): it then answers
-// UNAVAILABLE to every call until a restart reloads what the disk holds. That happens only in the
-// failure of a commit, which failed signals as the store reports it, just before it stops; a plain
-// failure (STORAGE, nothing changed) does not stop it. Between failures storeStopped waits without
-// looking, so an idle stated stays still.
-func storeStopped(ctx context.Context, st *store.Store, failed <-chan struct{}, stopped chan<- error) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-failed:
-		}
-		// The store stops right after it reported the failure, in the same call: a few looks
-		// over a second see it.
-		for wait := time.Millisecond; wait < time.Second; wait *= 2 {
-			if err := st.Unavailable(); err != nil {
-				stopped <- err
-				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-		}
-	}
 }
 
 // embeddedNATSOptions are the options of the embedded NATS server for cfg, with users (none: no
