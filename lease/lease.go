@@ -106,15 +106,11 @@ func claim(ctx context.Context, c *client.Client, o Options) (*Lease, error) {
 		// the restore, before this client saw it. That is waited out, as a claim after a gone
 		// holder waits for its entry to expire: Claim refuses, so that a reconciler is not held up
 		// (stopping what a lost lease covered, say) and claims again later; a Campaign waits.
-		wait := &RestoreWaitError{Namespace: o.Namespace, Key: o.Key, RetryAfter: o.TTL - since}
+		refusal := &RestoreWaitError{Namespace: o.Namespace, Key: o.Key, RetryAfter: o.TTL - since}
 		if !o.boundClaims {
-			return nil, wait
+			return nil, refusal
 		}
-		t := time.NewTimer(wait.RetryAfter)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !wait(ctx, refusal.RetryAfter) {
 			return nil, fmt.Errorf("lease: claim %s:%s: waiting out the former epoch's leases after a restore: %w", o.Namespace, o.Key, ctx.Err())
 		}
 	}

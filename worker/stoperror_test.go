@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/keeppeek/coordination/internal/testenv"
 	"github.com/keeppeek/coordination/worker"
@@ -38,21 +37,13 @@ func TestWorkerReturnsAGoroutinesFailureDuringTheStop(t *testing.T) {
 				<-ctx.Done()
 				return tc.ret(ctx)
 			})
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- w.Run(ctx) }()
+			stop := runWorker(t, w)
 			<-running
-			cancel()
-			select {
-			case err := <-done:
-				switch {
-				case tc.want == nil && err != nil:
-					t.Fatalf("Run = %v, want nil", err)
-				case tc.want != nil && !errors.Is(err, tc.want):
-					t.Fatalf("Run = %v, want the goroutine's failure %q", err, tc.want)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("Run did not return within 10 s of its context ending")
+			switch err := stop(); {
+			case tc.want == nil && err != nil:
+				t.Fatalf("Run = %v, want nil", err)
+			case tc.want != nil && !errors.Is(err, tc.want):
+				t.Fatalf("Run = %v, want the goroutine's failure %q", err, tc.want)
 			}
 		})
 	}

@@ -151,8 +151,9 @@ func (w *Worker) Add(c Component) {
 // context, and waits for it, when the worker stops: after the heartbeat that says "draining", not as
 // soon as Run's ctx ends, so that the fleet learns of the stop before the goroutine releases its
 // leases. An error it returns (other than the context's) stops the worker, and Run returns it;
-// one it returns as the worker stops is returned by Run too, when nothing failed before. Like Add, it takes part in the next Run, not in one going on; a nil fn makes Run
-// fail before it starts anything.
+// one it returns as the worker stops is returned by Run too, when nothing failed before. Like Add,
+// it takes part in the next Run, not in one going on; a nil fn makes Run fail before it starts
+// anything.
 func (w *Worker) Go(name string, fn func(ctx context.Context) error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
