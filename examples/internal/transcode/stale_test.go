@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/keeppeek/coordination/capabilities"
 	"github.com/keeppeek/coordination/capabilities/sim"
+	"github.com/keeppeek/coordination/examples/internal/simtest"
 	"github.com/keeppeek/coordination/examples/internal/transcode"
+	"github.com/keeppeek/coordination/lease"
 	"github.com/keeppeek/coordination/reconciler"
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
@@ -171,5 +174,90 @@ func TestStandbyBehindOnTheIntentDoesNotClaimTheOldOutput(t *testing.T) {
 	waitFor(t, 15*time.Second, "only the new variant published", func() bool {
 		pubs := f.Sim.Publications()
 		return len(pubs) == 1 && pubs[0].VariantID == other
+	})
+}
+
+// A holder whose cache of the intents is behind (its watch died with a killed stated, say) holds
+// the output the intent named before it was pointed back at the one a standby remembers. The
+// standby, told of the change, found the intent naming the output it had last seen and claimed and
+// published it at once, next to the behind holder's publication of the other output, which ran on
+// until that holder's cache caught up. Its memory of the intent's output says nothing about what
+// another worker holds for the intent now: the store does. Here the test plays the behind holder,
+// with the leases it would hold (TestTranscodersAcrossStatedKills met it with a real one).
+func TestStandbyWhoseMemoryMatchesTheIntentAgainWaitsForTheOtherOutput(t *testing.T) {
+	f := setup(t, sim.SourceConfig{SourceID: src})
+	holdFor := func(leaseKey string) *lease.Lease {
+		l, err := lease.Claim(t.Context(), f.Admin, lease.Options{Namespace: ns, Key: leaseKey, Holder: "tx-behind",
+			TTL: time.Minute, Purpose: "publish " + key, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Release(context.Background()) })
+		return l
+	}
+	first := holdFor(leaseOf(variant))
+	if _, err := f.Coord.PutIntent(t.Context(), ns, key, publishIntent("disabled")); err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvents()
+	nc := f.Connect(t, svc)
+	tr, err := transcode.New(transcode.Config{Conn: nc, Principal: svc, WorkerID: "tx-2", Service: svc,
+		LeaseTTL: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), Events: ev.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.Run(t, tr.Run)
+	ev.waitFor(t, 0, "tx-2 standby on the first output", func(e transcode.Event) bool {
+		return e.Kind == "standby" && strings.Contains(e.Detail, leaseOf(variant))
+	})
+
+	// Another client of the principal ends tx-2's intents watch: its cache keeps the intent as it
+	// was until its liveness check (5 s) or a reconnect, so that it never sees the other output.
+	svcClient, err := client.New(f.Connect(t, svc), svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svcClient.Unwatch(t.Context(), "intents-tx-2"); err != nil {
+		t.Fatal(err)
+	}
+	pointAt(t, f, other)
+	second := holdFor(leaseOf(other)) // the holder moves to the other output
+	pointAt(t, f, variant)            // and does not see this: it holds the other output on
+	ev.mu.Lock()
+	from := len(ev.all)
+	ev.mu.Unlock()
+	commands := len(f.Sim.Commands())
+	if err := nc.ForceReconnect(); err != nil { // tx-2 watches again at once, and sees the first output
+		t.Fatal(err)
+	}
+	// The first output's lease goes last (its holder's stop of it was slow, say), so that tx-2 can
+	// claim it only after it has caught up: it tells either that claim or that it waits.
+	if err := first.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	i := ev.waitFor(t, from, "tx-2 deciding about the first output", func(e transcode.Event) bool {
+		return e.Kind == "lease claimed" || e.Kind == "standby" && strings.Contains(e.Detail, leaseOf(other))
+	})
+	ev.mu.Lock()
+	e := ev.all[i]
+	ev.mu.Unlock()
+	if e.Kind != "standby" {
+		t.Fatalf("tx-2 acted on the first output while the other is held for the intent: %s %s", e.Kind, e.Detail)
+	}
+	for _, c := range f.Sim.Commands()[commands:] {
+		if c.Command == capabilities.CommandStartPublication {
+			t.Fatalf("start_publication while the other output is held for the intent: %s", c.Body)
+		}
+	}
+
+	// The behind holder catches up and lets its output go: tx-2 takes the intent over.
+	if err := second.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "tx-2 active on the first output", func() bool {
+		st := readStatus(t, f)
+		pubs := f.Sim.Publications()
+		return st.State == reconciler.StateActive && st.VariantID == variant && st.Holder == "tx-2" &&
+			len(pubs) == 1 && pubs[0].VariantID == variant
 	})
 }

@@ -8,7 +8,8 @@
 // holder's lease has expired, by a worker that saw the change (see examples/transcoder/README.md),
 // or that started after it and finds the old output in the store (its lease, or the intent's
 // status); a pending or failed status such a holder left, having published nothing, is said stopped
-// the same way. A lease is acted on only while the intent it was claimed for is the store's.
+// the same way. A lease is acted on only while the intent it was claimed for is the store's, and an
+// output is claimed only while the store holds no other output's lease for the intent.
 //
 // A holder that loses its lease (cut off from the state server by a parted NATS route, say, while it
 // still reaches the media server) sends no start: it stops its own publication by its id, once (or
@@ -600,6 +601,12 @@ func (t *Transcoder) otherOutputHeld(ctx context.Context, key, leaseKey string) 
 // otherOutputLease returns the key of a lease other than leaseKey held to publish the intent key
 // ("" if none), read from the store.
 func (t *Transcoder) otherOutputLease(ctx context.Context, key, leaseKey string) (string, error) {
+	return t.otherLease(ctx, leaseKey, purposePublish+key)
+}
+
+// otherLease returns the key of a lease other than leaseKey held with one of purposes ("" if none),
+// read from the store.
+func (t *Transcoder) otherLease(ctx context.Context, leaseKey string, purposes ...string) (string, error) {
 	after := ""
 	for {
 		page, err := t.w.Client().List(ctx, wire.ListRequest{Namespace: t.ns, KeyPrefix: "leases/", AfterKey: after, Limit: 256})
@@ -608,7 +615,7 @@ func (t *Transcoder) otherOutputLease(ctx context.Context, key, leaseKey string)
 		}
 		for _, e := range page.Entries {
 			var d wire.LeaseDocument
-			if e.Key != leaseKey && json.Unmarshal(e.Document, &d) == nil && d.Purpose == purposePublish+key {
+			if e.Key != leaseKey && json.Unmarshal(e.Document, &d) == nil && slices.Contains(purposes, d.Purpose) {
 				return e.Key, nil
 			}
 		}
@@ -645,6 +652,22 @@ func (t *Transcoder) claim(ctx context.Context, key string, in reconciler.MediaI
 			t.mu.Unlock()
 			return nil, err
 		}
+	}
+	// Nor is this output claimed while a lease of another output is held for the intent, read from
+	// the store: its holder may not have seen the intent change yet (its cache behind: a watch that
+	// died with a killed stated is noticed at the next liveness check) and publishes that output on
+	// until it does, or a worker is stopping what a gone holder of it left. What this worker last saw
+	// the intent name says nothing about that: the intent may have named the other output meanwhile,
+	// unseen here, and this one again since. Read before the claim, not after it: a claim let go
+	// again would wake every worker's lease watch, this one's too, and so claim again, and again. A
+	// holder that claims the other output after this read made its claim after the change this
+	// worker saw, so its own check of the intent below lets it go unused. The other lease's release
+	// or expiry brings the intent back (leaseWatch).
+	if other, err := t.otherLease(ctx, leaseKey, purposePublish+key, purposeStop+key); err != nil {
+		return nil, fmt.Errorf("transcode: read the leases before claiming %s: %w", leaseKey, err)
+	} else if other != "" {
+		t.event("standby", key, "%s waits until %s, held for the intent by another worker, is let go", leaseKey, other)
+		return nil, nil
 	}
 	l, err := lease.Claim(ctx, t.w.Client(), lease.Options{Namespace: t.ns, Key: leaseKey, Holder: t.cfg.WorkerID,
 		TTL: t.cfg.LeaseTTL, Purpose: purposePublish + key, Logger: t.cfg.Logger})
