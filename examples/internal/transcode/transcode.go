@@ -433,7 +433,7 @@ func (t *Transcoder) formerOutput(ctx context.Context, key string, in reconciler
 	// The output the status names, as a lease key of the intent's source and kind.
 	named := in
 	named.VariantID = st.VariantID
-	if other, err := t.otherOutputLease(ctx, key, cur.leaseKey); err != nil {
+	if other, err := t.otherLease(ctx, cur.leaseKey, purposePublish+key); err != nil {
 		return output{}, false, err
 	} else if other != "" {
 		out = output{leaseKey: other}
@@ -540,7 +540,7 @@ func (t *Transcoder) stopOrphan(ctx context.Context, key string, out output) boo
 	if !ok || !leftOver(st) {
 		return true
 	}
-	if other, err := t.otherOutputHeld(ctx, key, out.leaseKey); err != nil || other {
+	if other, err := t.otherLease(ctx, out.leaseKey, purposePublish+key); err != nil || other != "" {
 		return err == nil // the status may be the other output's holder's; an unread lease list says nothing
 	}
 	msg := st.Holder + ", which is gone, had published nothing"
@@ -591,21 +591,8 @@ func (t *Transcoder) leasePurpose(ctx context.Context, leaseKey string) (purpose
 	return d.Purpose, true, nil
 }
 
-// otherOutputHeld reports whether a lease other than leaseKey is held for the intent key, read from
-// the store (not the lease cache, which may lag behind the status just read).
-func (t *Transcoder) otherOutputHeld(ctx context.Context, key, leaseKey string) (bool, error) {
-	other, err := t.otherOutputLease(ctx, key, leaseKey)
-	return other != "", err
-}
-
-// otherOutputLease returns the key of a lease other than leaseKey held to publish the intent key
-// ("" if none), read from the store.
-func (t *Transcoder) otherOutputLease(ctx context.Context, key, leaseKey string) (string, error) {
-	return t.otherLease(ctx, leaseKey, purposePublish+key)
-}
-
 // otherLease returns the key of a lease other than leaseKey held with one of purposes ("" if none),
-// read from the store.
+// read from the store (not the lease cache, which may lag behind a status just read).
 func (t *Transcoder) otherLease(ctx context.Context, leaseKey string, purposes ...string) (string, error) {
 	after := ""
 	for {
