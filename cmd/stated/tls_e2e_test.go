@@ -24,15 +24,16 @@ import (
 
 // tlsKeys is the [nats] lines of a TLS configuration: tls_ca, and tls_cert and tls_key when cert is set.
 func tlsKeys(ca, cert, key string) string {
+	return tomlLines("tls_ca", ca, "tls_cert", cert, "tls_key", key)
+}
+
+// tomlLines is a TOML line `name = "value"` for each name and value of pairs whose value is set.
+func tomlLines(pairs ...string) string {
 	var b strings.Builder
-	if ca != "" {
-		fmt.Fprintf(&b, "tls_ca = %q\n", ca)
-	}
-	if cert != "" {
-		fmt.Fprintf(&b, "tls_cert = %q\n", cert)
-	}
-	if key != "" {
-		fmt.Fprintf(&b, "tls_key = %q\n", key)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1] != "" {
+			fmt.Fprintf(&b, "%s = %q\n", pairs[i], pairs[i+1])
+		}
 	}
 	return b.String()
 }
@@ -164,8 +165,9 @@ func TestE2ETLSExternalNATS(t *testing.T) {
 
 // TLS files that cannot work fail the start with a message naming the key and the file, before
 // anything is served: no data directory, no HTTP. A cert without its key (or a key without its cert),
-// and TLS keys with the embedded NATS server (which serves no TLS), are configuration mistakes: exit
-// 2, as every other one; a file that cannot be read or used is a runtime failure: exit 1.
+// and tls_* keys with the embedded NATS server (whose own TLS is listen_tls_*), are configuration
+// mistakes: exit 2, as every other one; a file that cannot be read or used is a runtime failure:
+// exit 1. The embedded server's own TLS files are checked the same way.
 func TestE2ETLSFilesCheckedAtStart(t *testing.T) {
 	f := natstest.NewTLSFiles(t)
 	ns := natstest.StartTLS(t, f, true)
@@ -188,7 +190,15 @@ func TestE2ETLSFilesCheckedAtStart(t *testing.T) {
 		{name: "tls_key not the cert's", keys: tlsKeys(f.CA, f.ClientCert, f.ServerKey), code: 1,
 			want: []string{"nats.tls_key", f.ServerKey, "nats.tls_cert", f.ClientCert, "does not match"}},
 		{name: "embedded server", embedded: true, keys: tlsKeys(f.CA, f.ClientCert, f.ClientKey), code: 2,
-			want: []string{"tls_ca", "tls_cert", "tls_key", "embedded"}},
+			want: []string{"tls_ca", "tls_cert", "tls_key", "embedded", "listen_tls_cert"}},
+		{name: "listen_tls_cert missing", embedded: true, keys: listenTLSKeys(missing, f.ServerKey, ""), code: 1,
+			want: []string{"nats.listen_tls_cert", missing}},
+		{name: "listen_tls_key not the cert's", embedded: true, keys: listenTLSKeys(f.ServerCert, f.ClientKey, ""), code: 1,
+			want: []string{"nats.listen_tls_key", f.ClientKey, "does not match"}},
+		{name: "listen_tls_client_ca not PEM", embedded: true, keys: listenTLSKeys(f.ServerCert, f.ServerKey, f.NotPEM), code: 1,
+			want: []string{"nats.listen_tls_client_ca", f.NotPEM, "PEM"}},
+		{name: "listen_tls_cert without listen_tls_key", embedded: true, keys: listenTLSKeys(f.ServerCert, "", ""), code: 2,
+			want: []string{"listen_tls_cert and listen_tls_key"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := e2e.Config{NATSURL: ns.ClientURL(), NATSExtra: tc.keys}
@@ -257,17 +267,7 @@ func TestE2ETLSFilesReadAgainAtReconnect(t *testing.T) {
 	ns := natstest.StartTLS(t, f, true)
 	dir := t.TempDir()
 	cert := filepath.Join(dir, "stated.pem")
-	copyFile := func(from, to string) {
-		t.Helper()
-		data, err := os.ReadFile(from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(to, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	copyFile(f.ClientCert, cert)
+	natstest.CopyFile(t, f.ClientCert, cert)
 	s := e2e.NewStated(t, e2e.Config{NATSURL: ns.ClientURL(), NATSExtra: tlsKeys(f.CA, cert, f.ClientKey)})
 	s.Start()
 	kick := func() {
@@ -287,15 +287,95 @@ func TestE2ETLSFilesReadAgainAtReconnect(t *testing.T) {
 		t.Fatalf("stated has no connection to the NATS server:\n%s", s.Logs())
 	}
 
-	copyFile(f.NotPEM, cert) // the certificate file broken while stated runs
+	natstest.CopyFile(t, f.NotPEM, cert) // the certificate file broken while stated runs
 	kick()
 	natstest.Poll(t, 20*time.Second, "stated's log of the failed reconnect", func() (bool, string) {
 		return strings.Contains(s.Logs(), "NATS TLS files cannot be used") && strings.Contains(s.Logs(), cert), s.Logs()
 	})
 	back := strings.Count(s.Logs(), "NATS connection back")
-	copyFile(f.ClientCert, cert) // renewed
+	natstest.CopyFile(t, f.ClientCert, cert) // renewed
 	natstest.Poll(t, 20*time.Second, "stated's NATS connection to come back", func() (bool, string) {
 		return strings.Count(s.Logs(), "NATS connection back") > back, s.Logs()
 	})
 	putGet(t, ns.ClientURL(), nats.RootCAs(f.CA), nats.ClientCert(f.ClientCert, f.ClientKey))
+}
+
+// listenTLSKeys is the [nats] lines of the embedded server's TLS: listen_tls_cert and listen_tls_key,
+// and listen_tls_client_ca when clientCA is set.
+func listenTLSKeys(cert, key, clientCA string) string {
+	return tomlLines("listen_tls_cert", cert, "listen_tls_key", key, "listen_tls_client_ca", clientCA)
+}
+
+// The embedded NATS server serves TLS with listen_tls_cert and listen_tls_key: a client that trusts
+// its CA writes and reads over TLS (a nats:// URL is upgraded, since the server requires TLS), one
+// that does not is refused, and stated announces the tls:// URL. With listen_tls_client_ca only
+// clients with a certificate that CA signed connect. stated's own connection needs none of it.
+func TestE2EEmbeddedNATSServesTLS(t *testing.T) {
+	f := natstest.NewTLSFiles(t)
+
+	t.Run("server certificate", func(t *testing.T) {
+		s := e2e.NewStated(t, e2e.Config{NATSExtra: listenTLSKeys(f.ServerCert, f.ServerKey, "")})
+		s.Start()
+		putGet(t, s.URL(), nats.RootCAs(f.CA))
+		tlsURL := strings.Replace(s.URL(), "nats://", "tls://", 1)
+		nc, err := client.Connect(tlsURL, "dev", nats.RootCAs(f.CA))
+		if err != nil {
+			t.Fatalf("%s: %v", tlsURL, err)
+		}
+		c, err := client.New(nc, "dev")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if e, err := c.Get(ctx, "service/tls", "k"); err != nil || e.Revision != 1 {
+			t.Fatalf("get over %s: %+v, %v", tlsURL, e, err)
+		}
+		nc.Close()
+		if !strings.Contains(s.Logs(), "nats="+tlsURL) {
+			t.Fatalf("stated does not announce %s:\n%s", tlsURL, s.Logs())
+		}
+		for name, opts := range map[string][]nats.Option{"no CA": nil, "another CA": {nats.RootCAs(f.OtherCA)}} {
+			nc, err := client.Connect(s.URL(), "dev", append(opts, nats.NoReconnect())...)
+			if err == nil {
+				nc.Close()
+				t.Fatalf("%s: a client that does not trust the server's certificate connected", name)
+			}
+			if !strings.Contains(err.Error(), "certificate") {
+				t.Fatalf("%s: refused with %v; want a certificate error", name, err)
+			}
+		}
+		if code := s.Term(); code != 0 {
+			t.Fatalf("exit %d\n%s", code, s.Logs())
+		}
+	})
+
+	t.Run("client certificates", func(t *testing.T) {
+		s := e2e.NewStated(t, e2e.Config{NATSExtra: listenTLSKeys(f.ServerCert, f.ServerKey, f.CA)})
+		s.Start()
+		putGet(t, s.URL(), nats.RootCAs(f.CA), nats.ClientCert(f.ClientCert, f.ClientKey))
+		for name, opts := range map[string][]nats.Option{
+			"no client certificate":      {nats.RootCAs(f.CA)},
+			"another CA's certificate":   {nats.RootCAs(f.CA), nats.ClientCert(f.OtherClientCert, f.OtherKey)},
+			"no TLS options (plain URL)": nil,
+		} {
+			nc, err := client.Connect(s.URL(), "dev", append(opts, nats.NoReconnect())...)
+			if err == nil {
+				// A refused certificate can be seen after nats.go's handshake returned: on first use.
+				err = nc.Flush()
+				nc.Close()
+			}
+			if err == nil {
+				t.Fatalf("%s: the client connected", name)
+			}
+		}
+		resp, err := http.Get(s.HTTP() + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("/readyz %d with a server that verifies clients: stated's own connection needs no certificate\n%s", resp.StatusCode, s.Logs())
+		}
+	})
 }

@@ -3,6 +3,7 @@
 package natsserver
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,11 @@ type Options struct {
 	// connection could subscribe until that process runs out of memory (some 640 bytes per
 	// subscription of 30 bytes sent).
 	MaxSubs int
+	// TLS, when set, is the server's TLS configuration: every client must then connect over TLS
+	// (nats.go upgrades a nats:// URL to TLS when the server requires it), except in-process ones
+	// (nats.InProcessServer), and must present a client certificate when its ClientAuth is
+	// tls.RequireAndVerifyClientCert. nil: no TLS.
+	TLS *tls.Config
 	// Logger, when set, is told when the server cannot accept client connections (its listener's
 	// Accept fails: the process is out of file descriptors, say). Meanwhile clients cannot connect
 	// (their connections wait, then time out), so the first failure is logged at once, and further
@@ -55,6 +61,9 @@ type Options struct {
 	// are dropped. nil: everything is dropped.
 	Logger *slog.Logger
 }
+
+// tlsTimeout bounds a client's TLS handshake with a server that serves TLS.
+const tlsTimeout = 5 * time.Second
 
 // AcceptLogInterval is the least time between two logs of Options.Logger about failed accepts: the
 // server tries again after 10 ms, doubling up to 1 s, for as long as the cause lasts.
@@ -201,6 +210,13 @@ func serverOptions(o Options) (*server.Options, error) {
 		NoFastProducerStall: true,
 		MaxPending:          o.MaxPending,
 		MaxSubs:             o.MaxSubs,
+	}
+	if o.TLS != nil {
+		opts.TLSConfig = o.TLS
+		opts.TLSVerify = o.TLS.ClientAuth == tls.RequireAndVerifyClientCert
+		// nats-server's default (2 s) is short for a handshake on a busy 2-core machine; a client
+		// that has not finished it by then is cut.
+		opts.TLSTimeout = tlsTimeout.Seconds()
 	}
 	applyUsers(opts, o.Users)
 	return opts, nil

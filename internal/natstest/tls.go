@@ -154,3 +154,16 @@ func StartTLS(t testing.TB, f *TLSFiles, verifyClients bool) *server.Server {
 func PlainSchemeURL(ns *server.Server) string {
 	return fmt.Sprintf("nats://%s", ns.Addr().String())
 }
+
+// CopyFile writes the contents of from to to (a TLS file renewed, or broken, in place), failing the
+// test when it cannot.
+func CopyFile(t testing.TB, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

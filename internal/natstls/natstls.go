@@ -1,7 +1,8 @@
 // Package natstls gives a client connection to a NATS server its TLS files (a CA bundle to verify
 // the server, a client certificate and key for mutual TLS) and explains a failed TLS connection in
 // terms of the settings that name those files: stated's [nats] tls_ca, tls_cert and tls_key keys and
-// statectl's --tls-ca, --tls-cert and --tls-key flags.
+// statectl's --tls-ca, --tls-cert and --tls-key flags. ServerFiles are the other side: the TLS of
+// stated's embedded NATS server ([nats] listen_tls_cert, listen_tls_key, listen_tls_client_ca).
 package natstls
 
 import (
@@ -38,20 +39,7 @@ func (f Files) Option(failed func(error)) (nats.Option, error) {
 	if !f.Set() {
 		return nil, nil
 	}
-	var mu sync.Mutex
-	last := ""
-	report := func(err error) error {
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case err == nil:
-			last = ""
-		case err.Error() != last && failed != nil:
-			last = err.Error()
-			failed(err)
-		}
-		return err
-	}
+	report := reporter(failed)
 	var certCB nats.TLSCertHandler
 	var rootCB nats.RootCAsHandler
 	if f.CA != "" {
@@ -187,4 +175,73 @@ func isRemoteTLSAlert(err error, descriptions ...string) bool {
 		}
 	}
 	return false
+}
+
+// ServerFiles are the TLS files of a NATS server that serves TLS ("" when not set): its certificate
+// (PEM, its chain may follow) and private key, and, for mutual TLS, a PEM bundle of the CAs whose
+// client certificates it accepts; and the names of the settings that give them, which errors use.
+type ServerFiles struct {
+	Cert, Key, ClientCA             string
+	CertName, KeyName, ClientCAName string
+}
+
+// Set reports whether any file is set.
+func (f ServerFiles) Set() bool { return f.Cert != "" || f.Key != "" || f.ClientCA != "" }
+
+// Config returns the server's TLS configuration, or nil when no file is set; Cert and Key go
+// together, and ClientCA needs them (the caller checks that first, with its own kind of error). The
+// files are read now, so that one that cannot be used is an error naming its setting and path, and
+// again at every client's handshake, as a client reads its own at every connect: a certificate (or
+// CA bundle) renewed in place is served from the next connection on, and connections already made
+// keep theirs. A handshake that fails on the files fails that client's connection only (it
+// retries); failed, when not nil, is told of each such error (once until the files load again).
+// With ClientCA, a client must present a certificate one of its CAs signed.
+func (f ServerFiles) Config(failed func(error)) (*tls.Config, error) {
+	if !f.Set() {
+		return nil, nil
+	}
+	load := func() (*tls.Config, error) {
+		pair, err := loadKeyPair(f.CertName, f.Cert, f.KeyName, f.Key)
+		if err != nil {
+			return nil, err
+		}
+		c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}
+		if f.ClientCA != "" {
+			if c.ClientCAs, err = loadCAFile(f.ClientCAName, f.ClientCA); err != nil {
+				return nil, err
+			}
+			c.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+		return c, nil
+	}
+	first, err := load()
+	if err != nil {
+		return nil, err
+	}
+	report := reporter(failed)
+	base := first.Clone()
+	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		c, err := load()
+		return c, report(err)
+	}
+	return base, nil
+}
+
+// reporter returns a function that tells failed of an error it is given (nil: the files loaded),
+// once until the files load again, and returns that error.
+func reporter(failed func(error)) func(error) error {
+	var mu sync.Mutex
+	last := ""
+	return func(err error) error {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			last = ""
+		case err.Error() != last && failed != nil:
+			last = err.Error()
+			failed(err)
+		}
+		return err
+	}
 }

@@ -99,6 +99,9 @@ func (r restartSettings) changedOnRestart(next restartSettings) []string {
 		{"nats.tls_ca", r.NATS.TLSCA, next.NATS.TLSCA},
 		{"nats.tls_cert", r.NATS.TLSCert, next.NATS.TLSCert},
 		{"nats.tls_key", r.NATS.TLSKey, next.NATS.TLSKey},
+		{"nats.listen_tls_cert", r.NATS.ListenTLSCert, next.NATS.ListenTLSCert},
+		{"nats.listen_tls_key", r.NATS.ListenTLSKey, next.NATS.ListenTLSKey},
+		{"nats.listen_tls_client_ca", r.NATS.ListenTLSClientCA, next.NATS.ListenTLSClientCA},
 		{"nats.watch_sweep_ms", r.NATS.WatchSweepMs, next.NATS.WatchSweepMs},
 		{"nats.watch_idle_ms", r.NATS.WatchIdleMs, next.NATS.WatchIdleMs},
 		{"the settings-backed namespaces ([state_store.settings])", r.Settings, next.Settings},
@@ -129,6 +132,10 @@ func (c *Config) Ineffective() []string {
 		}
 		return out
 	}
+	if set := c.listenTLSKeysSet(); len(set) > 0 {
+		out = append(out, strings.Join(set, ", ")+" ignored: they are the embedded NATS server's TLS (listen); stated uses an external "+
+			"server (url), whose TLS its operator configures (tls_ca, tls_cert and tls_key are stated's TLS to it)")
+	}
 	if n.WatchSweepMs != 0 {
 		out = append(out, "nats.watch_sweep_ms ignored: only with the embedded server can stated see that a watch's subscriber is gone "+
 			"(nats.watch_idle_ms bounds how long a watch may go unnamed by its client instead)")
@@ -145,7 +152,8 @@ func (c *Config) Ineffective() []string {
 
 // NATSConfig chooses the embedded server (Listen) or an external one (URL). User, Password and
 // Creds are stated's own credentials on an external server; TLSCA, TLSCert and TLSKey its TLS to
-// it (refused with the embedded server, which serves no TLS: see checkTLSMode).
+// it (refused with the embedded server: see checkTLSMode); ListenTLSCert, ListenTLSKey and
+// ListenTLSClientCA the TLS the embedded server serves.
 type NATSConfig struct {
 	Listen   string `toml:"listen"`
 	URL      string `toml:"url"`
@@ -159,6 +167,15 @@ type NATSConfig struct {
 	TLSCA   string `toml:"tls_ca"`
 	TLSCert string `toml:"tls_cert"`
 	TLSKey  string `toml:"tls_key"`
+	// ListenTLSCert and ListenTLSKey, both or neither, make the embedded server serve TLS with this
+	// certificate (PEM, its chain may follow) and private key (PEM): every client must then connect
+	// over TLS (stated's own, in-process connection excepted). ListenTLSClientCA, with them, is a PEM
+	// bundle of the CAs whose client certificates the server accepts: a client without one is refused
+	// (mutual TLS). The files are read again at every client's handshake, so a certificate renewed in
+	// place is served from the next connection on. Ignored with an external server.
+	ListenTLSCert     string `toml:"listen_tls_cert"`
+	ListenTLSKey      string `toml:"listen_tls_key"`
+	ListenTLSClientCA string `toml:"listen_tls_client_ca"`
 	// WatchSweepMs is how often, with the embedded server, stated looks for watches whose subscriber
 	// is gone (a watch with none at two looks running is dropped, freeing its slot). 0: 15,000.
 	WatchSweepMs int64 `toml:"watch_sweep_ms"`
@@ -346,6 +363,12 @@ func (c *Config) Validate() error {
 	}
 	if (c.NATS.TLSCert == "") != (c.NATS.TLSKey == "") {
 		return fmt.Errorf("nats: tls_cert and tls_key go together: set both (the client certificate and its private key) or neither")
+	}
+	if (c.NATS.ListenTLSCert == "") != (c.NATS.ListenTLSKey == "") {
+		return fmt.Errorf("nats: listen_tls_cert and listen_tls_key go together: set both (the embedded server's certificate and its private key) or neither")
+	}
+	if c.NATS.ListenTLSClientCA != "" && c.NATS.ListenTLSCert == "" {
+		return fmt.Errorf("nats: listen_tls_client_ca needs listen_tls_cert and listen_tls_key: the embedded server verifies client certificates only over TLS")
 	}
 	if err := checkListen(c.HTTPListen); err != nil {
 		return fmt.Errorf("http_listen: %w", err)

@@ -58,8 +58,12 @@ The configuration file's keys are SPEC section 14's. On an external NATS server 
 ([nats] url, or --nats-url), [nats] user and password, or creds (a credentials file), are stated's
 login, and for TLS: tls_ca = "FILE" (PEM CA bundle that verifies the server; default: the system's
 roots), tls_cert = "FILE" and tls_key = "FILE" (stated's client certificate and key, PEM, both or
-neither, for a server that verifies clients). The embedded server serves no TLS: tls_* with it are
-refused. The files are checked at start and read again at every reconnect.
+neither, for a server that verifies clients); tls_* with the embedded server are refused. The
+embedded server serves TLS with listen_tls_cert = "FILE" and listen_tls_key = "FILE" (its
+certificate and key, PEM, both or neither): every client must then use TLS; listen_tls_client_ca =
+"FILE" (PEM CA bundle) has it take only clients with a certificate one of those CAs signed. The
+files are checked at start and read again at every reconnect (tls_*) or client's handshake
+(listen_tls_*).
 `
 
 // Main runs the stated command line and returns the exit code.
@@ -259,6 +263,13 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	if err != nil {
 		return err
 	}
+	listenTLS, err := cfg.listenTLS(func(err error) {
+		logger.Error("the embedded NATS server's TLS files cannot be used: new clients cannot connect until they can "+
+			"(connected ones stay)", "err", err)
+	})
+	if err != nil {
+		return err
+	}
 	// The HTTP address is taken first: one in use fails the start before the store is opened and
 	// NATS takes clients, rather than after stated served them (and committed their writes).
 	ln, err := net.Listen("tcp", cfg.HTTPListen)
@@ -335,6 +346,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	internalPassword := randomPassword()
 	var ns *natsserver.Server
 	url := cfg.NATS.URL
+	connURL := url
 	// stated reconnects for ever, through refused logins too: nats.go gives up for good on a second
 	// refusal of the same login (an external server reloaded without stated's own user, which the
 	// operator adds to `stated nats-permissions`' output by hand), and stated would then run deaf for
@@ -355,13 +367,17 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 		}
 		nsOpts := embeddedNATSOptions(cfg, users)
 		nsOpts.Logger = logger // a client connection it cannot accept (out of file descriptors) is logged
+		nsOpts.TLS = listenTLS
 		ns, err = natsserver.Start(nsOpts)
 		if err != nil {
 			st.Close()
 			return fmt.Errorf("nats.listen %s: %w", cfg.NATS.Listen, err)
 		}
+		// The URL clients use: tls:// when the server serves TLS. stated's own connection to its
+		// embedded server is an in-memory pipe, not a loopback socket, and speaks no TLS: its URL
+		// names no TLS.
 		url = ns.ClientURL()
-		// stated's own connection to its embedded server is an in-memory pipe, not a loopback socket.
+		connURL = "nats://" + ns.Addr().String()
 		connOpts = append(connOpts, nats.InProcessServer(ns.Server))
 	} else {
 		// An external server (a cluster node) that stops answering without closing the connection (its
@@ -385,7 +401,7 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 			ns.WaitForShutdown()
 		}
 	}
-	nc, err := nats.Connect(url, connOpts...)
+	nc, err := nats.Connect(connURL, connOpts...)
 	if err != nil {
 		st.Close()
 		shutdownNATS()
@@ -723,6 +739,10 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, st *store.St
 	// them. The principals are reloaded all the same: a revocation must not wait for a certificate.
 	if _, err := mode.natsTLS(nil); err != nil {
 		logger.Error("SIGHUP: the NATS TLS files cannot be used: the next start would fail on them", "err", err)
+	}
+	if _, err := mode.listenTLS(nil); err != nil {
+		logger.Error("SIGHUP: the embedded NATS server's TLS files cannot be used: new clients cannot connect, "+
+			"and the next start would fail on them", "err", err)
 	}
 	if !reloadSettings(cfg, st, logger) {
 		return

@@ -1,6 +1,7 @@
 package stated
 
 import (
+	"crypto/tls"
 	"fmt"
 	"strings"
 
@@ -21,16 +22,17 @@ func (c *Config) tlsKeysSet() []string {
 }
 
 // checkTLSMode refuses TLS keys with the embedded NATS server: they configure stated's connection to
-// an external one (url, or --nats-url, which overrides the file's listen), and the embedded server
-// serves no TLS (it listens on loopback by default). Checked once the command line has chosen the
+// an external one (url, or --nats-url, which overrides the file's listen); the embedded server's own
+// TLS is listen_tls_cert, listen_tls_key and listen_tls_client_ca. Checked once the command line has chosen the
 // mode, not by Validate: a file with listen and tls_ca is right for a stated started with --nats-url.
 func (c *Config) checkTLSMode() error {
 	if c.NATS.URL != "" {
 		return nil
 	}
 	if set := c.tlsKeysSet(); len(set) > 0 {
-		return fmt.Errorf("nats: %s set with the embedded NATS server (listen), which serves no TLS: "+
-			"they are for stated's connection to an external server (url, or --nats-url); remove them, or set url",
+		return fmt.Errorf("nats: %s set with the embedded NATS server (listen): "+
+			"they are for stated's connection to an external server (url, or --nats-url); remove them, or set url "+
+			"(the embedded server's own TLS is listen_tls_cert, listen_tls_key and listen_tls_client_ca)",
 			strings.Join(set, ", "))
 	}
 	return nil
@@ -49,4 +51,26 @@ func (c *Config) natsTLS(failed func(error)) (nats.Option, error) {
 func (c *Config) tlsFiles() natstls.Files {
 	return natstls.Files{CA: c.NATS.TLSCA, Cert: c.NATS.TLSCert, Key: c.NATS.TLSKey,
 		CAName: "nats.tls_ca", CertName: "nats.tls_cert", KeyName: "nats.tls_key"}
+}
+
+// listenTLSKeysSet names the [nats] keys of the embedded server's TLS the configuration sets.
+func (c *Config) listenTLSKeysSet() []string {
+	var set []string
+	for _, k := range []struct{ name, v string }{{"listen_tls_cert", c.NATS.ListenTLSCert}, {"listen_tls_key", c.NATS.ListenTLSKey},
+		{"listen_tls_client_ca", c.NATS.ListenTLSClientCA}} {
+		if k.v != "" {
+			set = append(set, "nats."+k.name)
+		}
+	}
+	return set
+}
+
+// listenTLS returns the embedded server's TLS configuration, or nil when it serves none (no key set,
+// or an external server): see natstls.ServerFiles.Config, whose failed it takes.
+func (c *Config) listenTLS(failed func(error)) (*tls.Config, error) {
+	if c.NATS.URL != "" {
+		return nil, nil
+	}
+	return natstls.ServerFiles{Cert: c.NATS.ListenTLSCert, Key: c.NATS.ListenTLSKey, ClientCA: c.NATS.ListenTLSClientCA,
+		CertName: "nats.listen_tls_cert", KeyName: "nats.listen_tls_key", ClientCAName: "nats.listen_tls_client_ca"}.Config(failed)
 }

@@ -14,9 +14,10 @@ import (
 	"github.com/keeppeek/coordination/internal/natstest"
 )
 
-// The [nats] TLS keys configure the connection to an external server: with the embedded one (which
-// serves no TLS) they are refused, naming them, unless --nats-url replaces the file's listen, when
-// they apply to the server it names. tls_cert and tls_key go together.
+// The [nats] TLS keys configure the connection to an external server: with the embedded one (whose
+// own TLS is listen_tls_*) they are refused, naming them, unless --nats-url replaces the file's
+// listen, when they apply to the server it names. tls_cert and tls_key go together, as do
+// listen_tls_cert and listen_tls_key, and listen_tls_client_ca needs them.
 func TestTLSKeysModeAndPairing(t *testing.T) {
 	const tlsLines = "tls_ca = \"/etc/kp/ca.pem\"\ntls_cert = \"/etc/kp/stated.pem\"\ntls_key = \"/etc/kp/stated-key.pem\"\n"
 	for _, tc := range []struct {
@@ -30,6 +31,10 @@ func TestTLSKeysModeAndPairing(t *testing.T) {
 		{name: "embedded in the file, --nats-url", body: "[nats]\nlisten = \"127.0.0.1:4222\"\n" + tlsLines, args: []string{"--nats-url", "nats://nats.example:4222"}},
 		{name: "cert without key", body: "[nats]\nurl = \"nats://nats.example:4222\"\ntls_cert = \"/etc/kp/stated.pem\"\n", want: []string{"tls_cert and tls_key"}},
 		{name: "key without cert", body: "[nats]\nurl = \"nats://nats.example:4222\"\ntls_key = \"/etc/kp/stated-key.pem\"\n", want: []string{"tls_cert and tls_key"}},
+		{name: "embedded server's TLS", body: "[nats]\nlisten_tls_cert = \"/etc/kp/nats.pem\"\nlisten_tls_key = \"/etc/kp/nats-key.pem\"\nlisten_tls_client_ca = \"/etc/kp/ca.pem\"\n"},
+		{name: "listen cert without key", body: "[nats]\nlisten_tls_cert = \"/etc/kp/nats.pem\"\n", want: []string{"listen_tls_cert and listen_tls_key", "stated.toml"}},
+		{name: "listen key without cert", body: "[nats]\nlisten_tls_key = \"/etc/kp/nats-key.pem\"\n", want: []string{"listen_tls_cert and listen_tls_key"}},
+		{name: "client CA without cert", body: "[nats]\nlisten_tls_client_ca = \"/etc/kp/ca.pem\"\n", want: []string{"listen_tls_client_ca needs listen_tls_cert"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeConfig(t, "data_dir = \"/tmp/x\"\n"+tc.body)
@@ -59,14 +64,7 @@ func TestTLSKeysModeAndPairing(t *testing.T) {
 func TestReloadTLSKeys(t *testing.T) {
 	f := natstest.NewTLSFiles(t)
 	ns := natstest.Start(t, natsserver.Options{})
-	dir := t.TempDir()
-	path := filepath.Join(dir, "stated.toml")
-	write := func(body string) {
-		t.Helper()
-		if err := os.WriteFile(path, []byte(fmt.Sprintf("data_dir = %q\n%s", dir, body)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	path, write := configWriter(t)
 	write("[nats]\nlisten = \"127.0.0.1:0\"\n[[principals]]\nid = \"a\"\npassword = \"pw\"\n")
 	cfg, err := parseServeFlags("stated", []string{"--config", path}, io.Discard)
 	if err != nil {
@@ -100,6 +98,71 @@ func TestReloadTLSKeys(t *testing.T) {
 	for _, want := range []string{"nats.tls_key", f.ServerKey, "next start", "nats.tls_ca, nats.tls_cert, nats.tls_key"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the reload's log does not say %q:\n%s", want, log)
+		}
+	}
+}
+
+// The embedded server's TLS keys are ignored with an external server, and stated says so at start
+// (as it does for the other keys of the other mode), naming them.
+func TestListenTLSKeysIneffectiveWithAnExternalServer(t *testing.T) {
+	body := "[nats]\nlisten = \"127.0.0.1:4222\"\nlisten_tls_cert = \"/etc/kp/nats.pem\"\nlisten_tls_key = \"/etc/kp/nats-key.pem\"\n"
+	path := writeConfig(t, "data_dir = \"/tmp/x\"\n"+body)
+	cfg, err := parseServeFlags("stated", []string{"--config", path, "--nats-url", "nats://nats.example:4222"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(cfg.Ineffective(), "\n")
+	if !strings.Contains(got, "nats.listen_tls_cert, nats.listen_tls_key ignored") {
+		t.Fatalf("ineffective keys %q do not name the embedded server's TLS keys", got)
+	}
+	if conf, err := cfg.listenTLS(nil); conf != nil || err != nil {
+		t.Fatalf("with an external server the embedded server's TLS is %v, %v; want none", conf, err)
+	}
+	cfg, err = parseServeFlags("stated", []string{"--config", path}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := cfg.Ineffective(); len(w) != 0 {
+		t.Fatalf("with the embedded server, ineffective keys %q", w)
+	}
+}
+
+// A SIGHUP whose embedded server's TLS files cannot be used reloads the principals (a revocation must
+// not wait for a certificate) and says, naming the key and the file, that new clients cannot connect.
+func TestReloadListenTLSFilesThatCannotBeUsed(t *testing.T) {
+	f := natstest.NewTLSFiles(t)
+	ns := natstest.Start(t, natsserver.Options{})
+	path, write := configWriter(t)
+	write(fmt.Sprintf("[nats]\nlisten = \"127.0.0.1:0\"\nlisten_tls_cert = %q\nlisten_tls_key = %q\n[[principals]]\nid = \"a\"\npassword = \"pw\"\n",
+		f.ServerCert, f.ServerKey))
+	cfg, err := parseServeFlags("stated", []string{"--config", path}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, srv := reloadTarget(t, cfg, ns.ClientURL())
+	write(fmt.Sprintf("[nats]\nlisten = \"127.0.0.1:0\"\nlisten_tls_cert = %q\nlisten_tls_key = %q\n[[principals]]\nid = \"b\"\npassword = \"pw\"\n",
+		f.ServerCert, f.NotPEM))
+	var log bytes.Buffer
+	reload(cfg, nil, srv, st, "internal-pw", slog.New(slog.NewTextHandler(&log, nil)))
+	if !strings.Contains(log.String(), "principals reloaded") || cfg.Principals[0].ID != "b" {
+		t.Fatalf("the principals were not reloaded:\n%s", log.String())
+	}
+	for _, want := range []string{"nats.listen_tls_key", f.NotPEM, "new clients cannot connect", "in effect at the next restart: nats.listen_tls_key"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("the reload's log does not say %q:\n%s", want, log.String())
+		}
+	}
+}
+
+// configWriter returns the path of a configuration file in a temporary directory, which is also its
+// data_dir, and a function that writes body (after the data_dir line) to it.
+func configWriter(t *testing.T) (string, func(body string)) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "stated.toml")
+	return path, func(body string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(fmt.Sprintf("data_dir = %q\n%s", dir, body)), 0o600); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
