@@ -32,6 +32,7 @@ import (
 
 	"github.com/keeppeek/coordination/capabilities"
 	"github.com/keeppeek/coordination/capabilities/sim"
+	"github.com/keeppeek/coordination/internal/natstls"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -52,6 +53,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	url := fs.String("nats-url", nats.DefaultURL, "NATS server URL")
 	user := fs.String("user", "", "NATS user (a principal with media permissions under stated)")
 	password := fs.String("password", "", "NATS password")
+	tlsCA := fs.String("tls-ca", "", "PEM CA bundle that verifies the NATS server's certificate, for a private CA (default: the system's roots)")
+	tlsCert := fs.String("tls-cert", "", "PEM client certificate, with --tls-key, for a NATS server that verifies clients")
+	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	prefix := fs.String("prefix", capabilities.DefaultPrefix, "subject prefix")
 	sources := fs.String("sources", "front-door,back-yard", "comma-separated source ids")
 	readyDelay := fs.Duration("ready-delay", sim.DefaultReadyDelay, "how long a started publication stays PENDING (0: READY at once)")
@@ -79,6 +83,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	case *user == "" && *password != "":
 		fmt.Fprintln(stderr, "mediasim: --password needs --user (the principal it belongs to)")
+		return 2
+	}
+	tlsFiles := natstls.Files{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey, CAName: "--tls-ca", CertName: "--tls-cert", KeyName: "--tls-key"}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		fmt.Fprintln(stderr, "mediasim: --tls-cert and --tls-key go together: give both (the client certificate and its private key) or neither")
+		return 2
+	}
+	// Read now, so that a file that cannot be used is a usage error naming the flag and the file,
+	// and again at every connect.
+	tlsOpt, err := tlsFiles.Option(nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "mediasim: %v\n", err)
 		return 2
 	}
 	level := slog.LevelInfo
@@ -143,6 +159,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	if *user != "" {
 		natsOpts = append(natsOpts, nats.UserInfo(*user, *password), nats.CustomInboxPrefix("_INBOX."+*user))
+	}
+	if tlsOpt != nil {
+		natsOpts = append(natsOpts, tlsOpt)
 	}
 	nc, err := nats.Connect(*url, natsOpts...)
 	if err != nil {

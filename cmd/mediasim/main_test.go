@@ -40,13 +40,7 @@ func TestMediasimServesUntilCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	tr := capabilities.NewTracker(nc, capabilities.TrackerOptions{RefetchBackoff: 10 * time.Millisecond})
-	startCtx, startCancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer startCancel()
-	if err := tr.Start(startCtx); err != nil {
-		t.Fatalf("tracker: %v (logs: %s)", err, logs.String())
-	}
-	defer tr.Stop()
+	tr := startTracker(t, nc, &logs)
 	session, online, ok := tr.Resolve("back-yard")
 	if !ok || !online {
 		t.Fatalf("back-yard not resolved: %+v", tr.Current())
@@ -55,6 +49,8 @@ func TestMediasimServesUntilCancelled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	startCtx, startCancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer startCancel()
 	if _, err := cmds.StartPublication(startCtx, capabilities.StartPublicationRequest{SessionID: session, StreamID: "video",
 		VariantID: "browser-h264-720p", OutputProfile: "browser-h264-720p", RecordingMode: "disabled"}); err != nil {
 		t.Fatal(err)
@@ -279,4 +275,69 @@ func TestMediasimBadFlagsAreUsageErrors(t *testing.T) {
 		}
 		cancel()
 	}
+}
+
+// With --tls-ca (and a client certificate for a server that verifies clients) the simulator serves
+// over a NATS server that requires TLS, as stated's embedded one does with listen_tls_*; TLS flags
+// that cannot work are usage errors naming the flag.
+func TestMediasimOverTLS(t *testing.T) {
+	f := natstest.NewTLSFiles(t)
+	ns := natstest.StartEmbeddedTLS(t, f, true)
+	url := "nats://" + ns.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs syncbuf.Buffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"--nats-url", url, "--tls-ca", f.CA, "--tls-cert", f.ClientCert, "--tls-key", f.ClientKey,
+			"--sources", "front-door"}, &logs)
+	}()
+	nc, err := nats.Connect(url, nats.RootCAs(f.CA), nats.ClientCert(f.ClientCert, f.ClientKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	tr := startTracker(t, nc, &logs)
+	if _, online, ok := tr.Resolve("front-door"); !ok || !online {
+		t.Fatalf("front-door not served over TLS: %+v\n%s", tr.Current(), logs.String())
+	}
+	cancel()
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("exit %d:\n%s", c, logs.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("mediasim did not stop")
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tls-cert", f.ClientCert}, "--tls-cert and --tls-key go together"},
+		{[]string{"--tls-ca", f.NotPEM}, "--tls-ca"},
+		{[]string{"--tls-cert", f.ClientCert, "--tls-key", f.ServerKey}, "--tls-key"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		var out syncbuf.Buffer
+		if c := run(ctx, append(tc.args, "--nats-url", url), &out); c != 2 || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%q: exit %d, want 2 saying %q:\n%s", tc.args, c, tc.want, out.String())
+		}
+		cancel()
+	}
+}
+
+// startTracker starts a capabilities tracker over nc, within 10 s, stopped at the test's end; logs
+// are the simulator's, shown when it does not start.
+func startTracker(t *testing.T, nc *nats.Conn, logs *syncbuf.Buffer) *capabilities.Tracker {
+	t.Helper()
+	tr := capabilities.NewTracker(nc, capabilities.TrackerOptions{RefetchBackoff: 10 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tr.Start(ctx); err != nil {
+		t.Fatalf("tracker: %v (logs: %s)", err, logs.String())
+	}
+	t.Cleanup(tr.Stop)
+	return tr
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/keeppeek/coordination/internal/natstls"
 	"github.com/keeppeek/coordination/internal/natsurl"
 	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
@@ -24,12 +25,17 @@ type Conn struct {
 	URL, User, Password *string
 	// Nkey is the file of the principal's nkey seed (SPEC 14: a principal may be authenticated by an
 	// nkey instead of a password).
-	Nkey    *string
-	envUser string // the user KP_PASSWORD and KP_NKEY belong to: KP_USER, else the default user
+	Nkey *string
+	// TLSCA, TLSCert and TLSKey are the TLS files (stated's embedded server with listen_tls_*, or an
+	// external server that requires TLS): a PEM CA bundle that verifies the server, and a client
+	// certificate with its private key for a server that verifies clients.
+	TLSCA, TLSCert, TLSKey *string
+	envUser                string // the user KP_PASSWORD and KP_NKEY belong to: KP_USER, else the default user
 }
 
-// ConnFlags registers --nats-url, --user, --password and --nkey on the command line (defaults from
-// NATS_URL, KP_USER, KP_PASSWORD, KP_NKEY; the user defaults to defUser).
+// ConnFlags registers --nats-url, --user, --password, --nkey, --tls-ca, --tls-cert and --tls-key on
+// the command line (defaults from NATS_URL, KP_USER, KP_PASSWORD, KP_NKEY, KP_TLS_CA, KP_TLS_CERT,
+// KP_TLS_KEY; the user defaults to defUser).
 func ConnFlags(defUser string) Conn { return ConnFlagsOn(flag.CommandLine, defUser) }
 
 // ConnFlagsOn is ConnFlags on a flag set of the caller's. The password of KP_PASSWORD is not the
@@ -42,8 +48,20 @@ func ConnFlagsOn(fs *flag.FlagSet, defUser string) Conn {
 		User:     fs.String("user", envUser, "principal (env KP_USER)"),
 		Password: fs.String("password", "", "password of the principal (default $KP_PASSWORD, for the user of $KP_USER only; none for the dev principal)"),
 		Nkey:     fs.String("nkey", "", "file of the principal's nkey seed, to sign in with instead of a password (default $KP_NKEY, for the user of $KP_USER only)"),
+		TLSCA:    fs.String("tls-ca", os.Getenv("KP_TLS_CA"), "PEM CA bundle that verifies the NATS server's certificate, for a private CA (env KP_TLS_CA; default: the system's roots)"),
+		TLSCert:  fs.String("tls-cert", os.Getenv("KP_TLS_CERT"), "PEM client certificate, with --tls-key, for a server that verifies clients (env KP_TLS_CERT)"),
+		TLSKey:   fs.String("tls-key", os.Getenv("KP_TLS_KEY"), "PEM private key of --tls-cert (env KP_TLS_KEY)"),
 		envUser:  envUser,
 	}
+}
+
+// tlsFiles are the --tls-* flags (none when the Conn was made without them).
+func (c Conn) tlsFiles() natstls.Files {
+	f := natstls.Files{CAName: "--tls-ca", CertName: "--tls-cert", KeyName: "--tls-key"}
+	if c.TLSCA != nil {
+		f.CA, f.Cert, f.Key = *c.TLSCA, *c.TLSCert, *c.TLSKey
+	}
+	return f
 }
 
 // password is --password, else KP_PASSWORD when the user is the environment's: a --user naming
@@ -130,7 +148,8 @@ func CheckWorkerFlags(workerID string, service *string) {
 // Check reports a connection flag that cannot work, so that a command refuses it as bad usage before
 // it connects: a --user (or KP_USER) that is no principal id was refused only by Dial (exit 1, as for
 // a failure at run time), a --nats-url nats.go cannot use made a worker wait for ever for a server
-// that cannot exist, and --nkey with --password was refused only by Dial.
+// that cannot exist, and --nkey with --password was refused only by Dial. TLS files that cannot be
+// used (missing, not PEM, a key that is not the certificate's) are refused too, naming flag and file.
 func (c Conn) Check() error {
 	if !wire.ValidPrincipalID(*c.User) {
 		return fmt.Errorf("--user %q (default $KP_USER) is not a principal id ([a-z0-9][a-z0-9_-]{0,62})", *c.User)
@@ -141,7 +160,18 @@ func (c Conn) Check() error {
 	if *c.Password != "" && c.Nkey != nil && *c.Nkey != "" {
 		return errors.New("--nkey and --password are two ways to sign in: give one")
 	}
-	return nil
+	_, err := c.tlsOption()
+	return err
+}
+
+// tlsOption is the nats.go option of the --tls-* flags, or nil when none is given; the files are
+// read now (an error names the flag and the file) and again at every connect.
+func (c Conn) tlsOption() (nats.Option, error) {
+	files := c.tlsFiles()
+	if (files.Cert == "") != (files.Key == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together: give both (the client certificate and its private key) or neither")
+	}
+	return files.Option(nil)
 }
 
 // CheckConnFlags ends a command with a usage error (UsageError) when conn.Check refuses its flags.
@@ -166,7 +196,21 @@ func (c Conn) Dial(name string, extra ...nats.Option) (*nats.Conn, error) {
 	} else if pw := c.password(); pw != "" {
 		opts = append(opts, nats.UserInfo(*c.User, pw))
 	}
-	return client.Connect(*c.URL, *c.User, opts...)
+	tlsOpt, err := c.tlsOption()
+	if err != nil {
+		return nil, err
+	}
+	if tlsOpt != nil {
+		opts = append(opts, tlsOpt)
+	}
+	nc, err := client.Connect(*c.URL, *c.User, opts...)
+	if err != nil {
+		if hint := c.tlsFiles().Hint(err); hint != "" {
+			return nil, fmt.Errorf("%w (%s)", err, hint)
+		}
+		return nil, err
+	}
+	return nc, nil
 }
 
 func envOr(name, def string) string {

@@ -5,6 +5,10 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/internal/natstest"
 )
 
 // KP_PASSWORD goes with the environment's user only: --password wins, and a --user naming another
@@ -85,5 +89,67 @@ func TestConnCheckHidesTheURLsLogin(t *testing.T) {
 	err := conn.Check()
 	if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "u:xxxxx@h:99999") {
 		t.Fatalf("Check = %v, want a refusal naming the URL without its password", err)
+	}
+}
+
+// The --tls-* flags (and KP_TLS_*) connect to a NATS server that serves TLS with a private CA, and
+// to one that verifies clients; without them the connection is refused with a hint naming the flag.
+// Files that cannot be used, and a certificate without its key, are refused by Check.
+func TestConnTLS(t *testing.T) {
+	f := natstest.NewTLSFiles(t)
+	ns := natstest.StartEmbeddedTLS(t, f, true)
+	url := "nats://" + ns.Addr().String()
+	dial := func(args ...string) (*nats.Conn, error) {
+		t.Helper()
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		conn := ConnFlagsOn(fs, "dev")
+		if err := fs.Parse(append([]string{"--nats-url", url}, args...)); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.Check(); err != nil {
+			return nil, err
+		}
+		return conn.Dial("t", nats.NoReconnect())
+	}
+	nc, err := dial("--tls-ca", f.CA, "--tls-cert", f.ClientCert, "--tls-key", f.ClientKey)
+	if err != nil {
+		t.Fatalf("with the TLS flags: %v", err)
+	}
+	if st, err := nc.TLSConnectionState(); err != nil || !st.HandshakeComplete {
+		t.Fatalf("the connection is not TLS (%v)", err)
+	}
+	nc.Close()
+
+	t.Setenv("KP_TLS_CA", f.CA)
+	t.Setenv("KP_TLS_CERT", f.ClientCert)
+	t.Setenv("KP_TLS_KEY", f.ClientKey)
+	nc, err = dial()
+	if err != nil {
+		t.Fatalf("with KP_TLS_*: %v", err)
+	}
+	nc.Close()
+	t.Setenv("KP_TLS_CA", "")
+	t.Setenv("KP_TLS_CERT", "")
+	t.Setenv("KP_TLS_KEY", "")
+
+	if _, err := dial(); err == nil || !strings.Contains(err.Error(), "--tls-ca") {
+		t.Fatalf("without --tls-ca: %v; want a refusal whose hint names --tls-ca", err)
+	}
+	missing := f.Dir + "/missing.pem"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tls-ca", f.CA, "--tls-cert", f.ClientCert}, "--tls-cert and --tls-key go together"},
+		{[]string{"--tls-ca", missing}, missing},
+		{[]string{"--tls-ca", f.CA, "--tls-cert", f.ClientCert, "--tls-key", f.ServerKey}, "--tls-key"},
+	} {
+		if nc, err := dial(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			if nc != nil {
+				nc.Close()
+			}
+			t.Errorf("%v: %v; want a refusal saying %q", c.args, err, c.want)
+		}
 	}
 }

@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/keeppeek/coordination/internal/natsserver"
+	"github.com/keeppeek/coordination/internal/natstls"
 )
 
 // TLSFiles are the PEM files of a TLS test, written into a temporary directory: a CA, a server
@@ -166,4 +169,20 @@ func CopyFile(t testing.TB, from, to string) {
 	if err := os.WriteFile(to, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// StartEmbeddedTLS starts the embedded NATS server (natsserver, as stated runs it with [nats]
+// listen_tls_*) on a free loopback port, requiring TLS with f's server certificate and, with
+// verifyClients, a client certificate that f.CA signed. It is shut down at the test's cleanup.
+func StartEmbeddedTLS(t testing.TB, f *TLSFiles, verifyClients bool) *natsserver.Server {
+	t.Helper()
+	files := natstls.ServerFiles{Cert: f.ServerCert, Key: f.ServerKey}
+	if verifyClients {
+		files.ClientCA = f.CA
+	}
+	conf, err := files.Config(nil)
+	if err != nil {
+		t.Fatalf("natstest: TLS configuration: %v", err)
+	}
+	return Start(t, natsserver.Options{TLS: conf})
 }
