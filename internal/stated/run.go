@@ -342,6 +342,9 @@ func Serve(ctx context.Context, cfg *Config, hup <-chan os.Signal, logOut io.Wri
 	if w := cfg.watchIdleWarning(); w != "" {
 		logger.Warn("configuration: " + w)
 	}
+	if w := cfg.cleartextWarning(); w != "" {
+		logger.Warn("configuration: " + w)
+	}
 
 	internalPassword := randomPassword()
 	var ns *natsserver.Server

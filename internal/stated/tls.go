@@ -3,6 +3,7 @@ package stated
 import (
 	"crypto/tls"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -73,4 +74,22 @@ func (c *Config) listenTLS(failed func(error)) (*tls.Config, error) {
 	}
 	return natstls.ServerFiles{Cert: c.NATS.ListenTLSCert, Key: c.NATS.ListenTLSKey, ClientCA: c.NATS.ListenTLSClientCA,
 		CertName: "nats.listen_tls_cert", KeyName: "nats.listen_tls_key", ClientCAName: "nats.listen_tls_client_ca"}.Config(failed)
+}
+
+// cleartextWarning says, when the embedded server listens beyond loopback without TLS, that what its
+// clients send (the principals' passwords in their CONNECT, every document) crosses the network in
+// clear. A host name other than localhost counts as beyond loopback: it is not resolved here.
+func (c *Config) cleartextWarning() string {
+	if c.NATS.URL != "" || c.NATS.ListenTLSCert != "" {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(c.NATS.Listen)
+	if err != nil {
+		return "" // Validate refuses it
+	}
+	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+		return ""
+	}
+	return fmt.Sprintf("the embedded NATS server listens on %s, beyond loopback, without TLS: the principals' passwords and "+
+		"every document cross the network in clear; set [nats] listen_tls_cert and listen_tls_key", c.NATS.Listen)
 }

@@ -166,3 +166,29 @@ func configWriter(t *testing.T) (string, func(body string)) {
 		}
 	}
 }
+
+// An embedded server that listens beyond loopback without TLS is warned about at start; on loopback,
+// with TLS, or with an external server, it is not.
+func TestCleartextBeyondLoopbackWarns(t *testing.T) {
+	for body, warn := range map[string]bool{
+		"":                                      false, // the default, 127.0.0.1:4222
+		"[nats]\nlisten = \"127.0.0.1:4222\"\n": false,
+		"[nats]\nlisten = \"localhost:4222\"\n": false,
+		"[nats]\nlisten = \"[::1]:4222\"\n":     false,
+		"[nats]\nlisten = \"0.0.0.0:4222\"\n":   true,
+		"[nats]\nlisten = \":4222\"\n":          true,
+		"[nats]\nlisten = \"10.1.2.3:4222\"\n":  true,
+		"[nats]\nlisten = \"nats.lan:4222\"\n":  true,
+		"[nats]\nlisten = \"0.0.0.0:4222\"\nlisten_tls_cert = \"/etc/kp/nats.pem\"\nlisten_tls_key = \"/etc/kp/nats-key.pem\"\n": false,
+		"[nats]\nurl = \"nats://10.1.2.3:4222\"\n": false,
+	} {
+		c, err := LoadConfig(writeConfig(t, body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := c.cleartextWarning()
+		if (got != "") != warn || warn && !strings.Contains(got, "listen_tls_cert") {
+			t.Errorf("%q: warning %q, want one: %v", body, got, warn)
+		}
+	}
+}
