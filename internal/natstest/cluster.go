@@ -2,6 +2,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -26,6 +27,8 @@ type ClusterOptions struct {
 	// and through a CutLink (Cluster.RouteLink): a test can cut the route between the two nodes while
 	// both keep their clients, and mend it. Node 1 names no route; it takes node 0's.
 	LinkedRoute bool
+
+	freePort func(testing.TB) int // FreePort unless a test of this package sets it
 }
 
 // Cluster is a cluster of real nats-servers in this process, each on loopback ports of its own that
@@ -53,6 +56,9 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 	if o.Nodes == 0 {
 		o.Nodes = 3
 	}
+	if o.freePort == nil {
+		o.freePort = FreePort
+	}
 	if o.LinkedRoute && o.Nodes != 2 {
 		t.Fatalf("natstest: a LinkedRoute cluster has two nodes, not %d", o.Nodes)
 	}
@@ -64,23 +70,47 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 		}
 		c.base = base
 	}
-	for i := range o.Nodes {
-		c.nodes = append(c.nodes, &clusterNode{name: fmt.Sprintf("node-%d", i), clientPort: FreePort(t), clusterPort: FreePort(t)})
-	}
-	if o.LinkedRoute {
-		c.link = NewCutLink(t, fmt.Sprintf("127.0.0.1:%d", c.nodes[1].clusterPort))
-	}
 	t.Cleanup(func() {
 		for i := range c.nodes {
 			c.Shutdown(i)
 		}
 	})
-	for i := range c.nodes {
-		c.start(i)
+	// The ports FreePort chose were free a moment before the nodes bind them, and another process (a
+	// test package running beside this one, or any outgoing connection, whose local port comes from
+	// the same range) can take one meanwhile: a first start that fails on a port in use shuts the
+	// nodes it started down and starts them all again on new ports (the routes name them), a few
+	// times at most. A Restart keeps a node's ports: its clients and the other nodes reconnect to them.
+	for attempt := 1; ; attempt++ {
+		c.nodes = nil
+		for i := range o.Nodes {
+			c.nodes = append(c.nodes, &clusterNode{name: fmt.Sprintf("node-%d", i), clientPort: o.freePort(t), clusterPort: o.freePort(t)})
+		}
+		if o.LinkedRoute {
+			c.link = NewCutLink(t, fmt.Sprintf("127.0.0.1:%d", c.nodes[1].clusterPort))
+		}
+		var err error
+		for i := range c.nodes {
+			if err = c.launch(i); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			break
+		}
+		for i := range c.nodes {
+			c.Shutdown(i)
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 3 {
+			t.Fatalf("natstest: %v", err)
+		}
+		t.Logf("natstest: %v; new ports", err)
 	}
 	c.WaitFormed()
 	return c
 }
+
+// errPortTaken marks a node that could not listen on one of its ports.
+var errPortTaken = errors.New("a port is taken")
 
 // options are node i's server options.
 func (c *Cluster) options(i int) *server.Options {
@@ -110,23 +140,67 @@ func (c *Cluster) options(i int) *server.Options {
 
 func (c *Cluster) start(i int) {
 	c.t.Helper()
+	if err := c.launch(i); err != nil {
+		c.t.Fatalf("natstest: %v", err)
+	}
+}
+
+// launch starts node i, unless it runs, and waits (at most 10 s) until it takes connections; a port
+// it cannot listen on is an error that wraps errPortTaken.
+func (c *Cluster) launch(i int) error {
 	n := c.nodes[i]
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.srv != nil {
-		return
+		return nil
 	}
 	s, err := server.NewServer(c.options(i))
 	if err != nil {
-		c.t.Fatalf("natstest: cluster %s: %v", n.name, err)
+		return fmt.Errorf("cluster %s: %w", n.name, err)
 	}
+	// nats-server reports a port it cannot listen on only to its logger, and then never becomes
+	// ready: catch that report.
+	fatal := make(chan string, 1)
+	s.SetLogger(fatalLogger(fatal), false, false)
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		c.t.Fatalf("natstest: cluster %s not ready for connections within 10 s (port %d taken?)", n.name, n.clientPort)
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case msg := <-fatal:
+			s.Shutdown()
+			s.WaitForShutdown()
+			if strings.Contains(msg, "listening on") {
+				return fmt.Errorf("cluster %s (client port %d, cluster port %d): %s: %w", n.name, n.clientPort, n.clusterPort, msg, errPortTaken)
+			}
+			return fmt.Errorf("cluster %s: %s", n.name, msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.Shutdown()
+			s.WaitForShutdown()
+			return fmt.Errorf("cluster %s not ready for connections within 10 s", n.name)
+		}
 	}
 	n.srv = s
+	return nil
 }
+
+// fatalLogger is a nats-server logger that keeps the first fatal report (which nats-server makes,
+// instead of exiting, when a logger is set) and drops everything else.
+type fatalLogger chan string
+
+func (l fatalLogger) Fatalf(format string, v ...any) {
+	select {
+	case l <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+
+func (fatalLogger) Noticef(string, ...any) {}
+func (fatalLogger) Warnf(string, ...any)   {}
+func (fatalLogger) Errorf(string, ...any)  {}
+func (fatalLogger) Debugf(string, ...any)  {}
+func (fatalLogger) Tracef(string, ...any)  {}
 
 // Len is the number of nodes.
 func (c *Cluster) Len() int { return len(c.nodes) }

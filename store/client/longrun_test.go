@@ -400,12 +400,15 @@ func TestCacheCloseDuringReconnectStorm(t *testing.T) {
 // goroutines and subscriptions as after its first return.
 func TestCacheFollowsAcrossNATSRestarts(t *testing.T) {
 	ctx := ctxT(t)
-	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	// The first start takes a port the system picks (one chosen free beforehand could be taken
+	// before the bind); every restart comes back on it, where the clients reconnect.
+	listen := "127.0.0.1:0"
 	startNATS := func() *natsserver.Server {
 		ns, err := natsserver.Start(natsserver.Options{Listen: listen})
 		if err != nil {
 			t.Fatal(err)
 		}
+		listen = ns.Addr().String()
 		return ns
 	}
 	ns := startNATS()
