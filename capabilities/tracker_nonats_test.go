@@ -3,7 +3,6 @@ package capabilities_test
 import (
 	"context"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -36,12 +35,7 @@ func (l logTap) WithGroup(string) slog.Handler      { return l }
 // first. It warns once, says that NATS is not connected, and fetches as soon as NATS and the media
 // server are there.
 func TestTrackerWarnsOnceWhileNATSIsDown(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := natstest.ReserveAddr(t) // nothing listens there until the server starts below
 	nc, err := nats.Connect("nats://"+addr, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1),
 		nats.ReconnectWait(10*time.Millisecond), nats.ReconnectBufSize(-1))
 	if err != nil {

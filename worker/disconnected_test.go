@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -63,12 +62,7 @@ func heartbeatsFailed(t *testing.T, log logTap, n int) (warnings int) {
 // one line that matters, NATS's own "not reachable". It warns once per outage, and heartbeats again
 // as soon as NATS is back.
 func TestWorkerWarnsOncePerOutageWhileNATSIsDown(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := natstest.ReserveAddr(t) // nothing listens there until the server starts below
 	nc, err := client.Connect("nats://"+addr, "alice", nats.RetryOnFailedConnect(true), nats.ReconnectWait(10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -126,12 +125,7 @@ func (l *logWatch) await(t *testing.T, s string, n int, code <-chan int, d time.
 // waits for it for as long as it takes, as its doc says: it gave up after 10 s ("sim: flush: context
 // deadline exceeded", exit 1). Stopped while it waits, it exits 0.
 func TestMediasimWaitsForNATS(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there until the server starts below
+	addr := natstest.ReserveAddr(t) // nothing listens there until the server starts below
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
