@@ -2,7 +2,7 @@ package natstest
 
 import (
 	"encoding/json"
-	"net"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,15 +11,19 @@ import (
 	"github.com/keeppeek/coordination/store/wire"
 )
 
-// FreePort returns a loopback port that was free a moment ago.
+// FreePort returns a loopback port on which nothing listens, for a server the test starts on it
+// (stated, a cluster node: restarted, it comes back on the same port), or for a client that must
+// find nothing there. On Linux the port stays the test's until it ends (see reservePort): no other
+// test package's server, and no outgoing connection, can take it between the test's servers.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return reservePort(t)
+}
+
+// ReserveAddr is FreePort's port as a loopback host:port.
+func ReserveAddr(t testing.TB) string {
+	t.Helper()
+	return fmt.Sprintf("127.0.0.1:%d", FreePort(t))
 }
 
 // Request sends the state request body (JSON) of op as principal under the default prefix and

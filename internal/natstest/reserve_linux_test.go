@@ -10,7 +10,7 @@ import (
 )
 
 // A reserved address refuses connections, cannot be bound by a socket without SO_REUSEADDR (as an
-// outgoing connection's local end is), and takes the test's server.
+// outgoing connection's local end is), and takes the test's server, again after a restart.
 func TestReserveAddr(t *testing.T) {
 	addr := ReserveAddr(t)
 	if c, err := net.Dial("tcp", addr); err == nil {
@@ -31,8 +31,16 @@ func TestReserveAddr(t *testing.T) {
 	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}, Port: tcp.Port}); !errors.Is(err, syscall.EADDRINUSE) {
 		t.Fatalf("another socket bound the reserved port: %v", err)
 	}
-	ns := Start(t, natsserver.Options{Listen: addr})
-	if got := ns.Addr().String(); got != addr {
-		t.Fatalf("the server listens on %s, want %s", got, addr)
+	for range 2 {
+		ns, err := natsserver.Start(natsserver.Options{Listen: addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ns.Addr().String()
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		if got != addr {
+			t.Fatalf("the server listens on %s, want %s", got, addr)
+		}
 	}
 }

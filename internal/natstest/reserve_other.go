@@ -3,14 +3,18 @@
 package natstest
 
 import (
-	"fmt"
+	"net"
 	"testing"
 )
 
-// ReserveAddr returns a loopback address on which nothing listens, for a server a test starts later
-// while its clients already try to connect. Off Linux the port is only found free (FreePort): it can
-// be taken before the server starts.
-func ReserveAddr(t testing.TB) string {
+// reservePort returns a loopback port that was free a moment ago: off Linux it is not kept, and can
+// be taken before the test's server binds it.
+func reservePort(t testing.TB) int {
 	t.Helper()
-	return fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
