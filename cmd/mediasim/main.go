@@ -86,12 +86,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	tlsFiles := natstls.Files{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey, CAName: "--tls-ca", CertName: "--tls-cert", KeyName: "--tls-key"}
-	if (*tlsCert == "") != (*tlsKey == "") {
-		fmt.Fprintln(stderr, "mediasim: --tls-cert and --tls-key go together: give both (the client certificate and its private key) or neither")
-		return 2
-	}
-	// Read now, so that a file that cannot be used is a usage error naming the flag and the file,
-	// and again at every connect.
+	// Read now, so that a file that cannot be used (or a --tls-cert without its --tls-key) is a
+	// usage error naming the flag and the file, and again at every connect.
 	tlsOpt, err := tlsFiles.Option(nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "mediasim: %v\n", err)

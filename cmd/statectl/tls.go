@@ -9,12 +9,6 @@ import (
 // tlsOption returns the nats.go option of --tls-ca, --tls-cert and --tls-key, or nil when none is
 // given. The files are read now (a usage error names the flag and file) and again at every connect.
 func (g *globals) tlsOption() (nats.Option, error) {
-	if g.tlsCA == "" && g.tlsCert == "" && g.tlsKey == "" {
-		return nil, nil
-	}
-	if (g.tlsCert == "") != (g.tlsKey == "") {
-		return nil, usageErrorf("--tls-cert and --tls-key go together: give both (the client certificate and its private key) or neither")
-	}
 	opt, err := g.tlsFiles().Option(nil)
 	if err != nil {
 		return nil, usageErrorf("%v", err)

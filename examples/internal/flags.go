@@ -165,14 +165,9 @@ func (c Conn) Check() error {
 }
 
 // tlsOption is the nats.go option of the --tls-* flags, or nil when none is given; the files are
-// read now (an error names the flag and the file) and again at every connect.
-func (c Conn) tlsOption() (nats.Option, error) {
-	files := c.tlsFiles()
-	if (files.Cert == "") != (files.Key == "") {
-		return nil, errors.New("--tls-cert and --tls-key go together: give both (the client certificate and its private key) or neither")
-	}
-	return files.Option(nil)
-}
+// read now (an error names the flag and the file, as a --tls-cert without its --tls-key) and again
+// at every connect.
+func (c Conn) tlsOption() (nats.Option, error) { return c.tlsFiles().Option(nil) }
 
 // CheckConnFlags ends a command with a usage error (UsageError) when conn.Check refuses its flags.
 func CheckConnFlags(conn Conn) {

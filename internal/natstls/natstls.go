@@ -30,7 +30,7 @@ type Files struct {
 func (f Files) Set() bool { return f.CA != "" || f.Cert != "" || f.Key != "" }
 
 // Option returns the nats.go option of the files, or nil when none is set; Cert and Key go together
-// (the caller checks that first, with its own kind of error). The files are read now, so that one
+// (one without the other is an error naming both settings). The files are read now, so that one
 // that cannot be used is an error naming its setting and path; nats.go reads them again at every
 // connect, so a certificate renewed in place is used from the next connection on. A reconnect that
 // fails on them is retried, and nats.go reports it to nobody: failed, when not nil, is told of each
@@ -38,6 +38,9 @@ func (f Files) Set() bool { return f.CA != "" || f.Cert != "" || f.Key != "" }
 func (f Files) Option(failed func(error)) (nats.Option, error) {
 	if !f.Set() {
 		return nil, nil
+	}
+	if (f.Cert == "") != (f.Key == "") {
+		return nil, fmt.Errorf("%s and %s go together: give both (the client certificate and its private key) or neither", f.CertName, f.KeyName)
 	}
 	report := reporter(failed)
 	var certCB nats.TLSCertHandler
@@ -219,12 +222,11 @@ func (f ServerFiles) Config(failed func(error)) (*tls.Config, error) {
 		return nil, err
 	}
 	report := reporter(failed)
-	base := first.Clone()
-	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+	first.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
 		c, err := load()
 		return c, report(err)
 	}
-	return base, nil
+	return first, nil
 }
 
 // reporter returns a function that tells failed of an error it is given (nil: the files loaded),
