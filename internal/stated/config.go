@@ -120,13 +120,7 @@ func (c *Config) Ineffective() []string {
 	var out []string
 	n := c.NATS
 	if n.URL == "" {
-		var set []string
-		for _, k := range []struct{ name, v string }{{"user", n.User}, {"password", n.Password}, {"creds", n.Creds}} {
-			if k.v != "" {
-				set = append(set, "nats."+k.name)
-			}
-		}
-		if len(set) > 0 {
+		if set := keysSet("nats.user", n.User, "nats.password", n.Password, "nats.creds", n.Creds); len(set) > 0 {
 			out = append(out, strings.Join(set, ", ")+" ignored: they are stated's own credentials on an external NATS server (url); "+
 				"the embedded server does not ask for them, principals log in as [[principals]] say")
 		}

@@ -13,10 +13,15 @@ import (
 
 // tlsKeysSet names the [nats] TLS keys the configuration sets.
 func (c *Config) tlsKeysSet() []string {
+	return keysSet("tls_ca", c.NATS.TLSCA, "tls_cert", c.NATS.TLSCert, "tls_key", c.NATS.TLSKey)
+}
+
+// keysSet returns, of the names and values of pairs, the names whose value is set, in order.
+func keysSet(pairs ...string) []string {
 	var set []string
-	for _, k := range []struct{ name, v string }{{"tls_ca", c.NATS.TLSCA}, {"tls_cert", c.NATS.TLSCert}, {"tls_key", c.NATS.TLSKey}} {
-		if k.v != "" {
-			set = append(set, k.name)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1] != "" {
+			set = append(set, pairs[i])
 		}
 	}
 	return set
@@ -24,8 +29,9 @@ func (c *Config) tlsKeysSet() []string {
 
 // checkTLSMode refuses TLS keys with the embedded NATS server: they configure stated's connection to
 // an external one (url, or --nats-url, which overrides the file's listen); the embedded server's own
-// TLS is listen_tls_cert, listen_tls_key and listen_tls_client_ca. Checked once the command line has chosen the
-// mode, not by Validate: a file with listen and tls_ca is right for a stated started with --nats-url.
+// TLS is listen_tls_cert, listen_tls_key and listen_tls_client_ca. Checked once the command line has
+// chosen the mode, not by Validate: a file with listen and tls_ca is right for a stated started with
+// --nats-url.
 func (c *Config) checkTLSMode() error {
 	if c.NATS.URL != "" {
 		return nil
@@ -56,14 +62,8 @@ func (c *Config) tlsFiles() natstls.Files {
 
 // listenTLSKeysSet names the [nats] keys of the embedded server's TLS the configuration sets.
 func (c *Config) listenTLSKeysSet() []string {
-	var set []string
-	for _, k := range []struct{ name, v string }{{"listen_tls_cert", c.NATS.ListenTLSCert}, {"listen_tls_key", c.NATS.ListenTLSKey},
-		{"listen_tls_client_ca", c.NATS.ListenTLSClientCA}} {
-		if k.v != "" {
-			set = append(set, "nats."+k.name)
-		}
-	}
-	return set
+	return keysSet("nats.listen_tls_cert", c.NATS.ListenTLSCert, "nats.listen_tls_key", c.NATS.ListenTLSKey,
+		"nats.listen_tls_client_ca", c.NATS.ListenTLSClientCA)
 }
 
 // listenTLS returns the embedded server's TLS configuration, or nil when it serves none (no key set,
