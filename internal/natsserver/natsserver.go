@@ -85,33 +85,45 @@ func Start(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsserver: %w", err)
 	}
-	// nats-server reports a port it cannot listen on only to its logger, and then never becomes
-	// ready: catch that report, so a taken port fails at once and says why.
-	fatal := make(chan string, 1)
-	ns.SetLogger(&serverLogger{fatal: fatal, logger: o.Logger, listen: o.Listen}, false, false)
-	go ns.Start()
 	timeout := o.ReadyTimeout
 	if timeout == 0 {
 		timeout = 10 * time.Second
 	}
-	deadline := time.Now().Add(timeout)
-	for !ns.ReadyForConnections(50 * time.Millisecond) {
-		select {
-		case msg := <-fatal:
-			ns.Shutdown()
-			return nil, fmt.Errorf("natsserver: %s", msg)
-		default:
-		}
-		if time.Now().After(deadline) {
-			ns.Shutdown()
-			return nil, fmt.Errorf("natsserver: not ready for connections within %s", timeout)
-		}
+	if err := Launch(ns, o.Logger, o.Listen, timeout); err != nil {
+		return nil, err
 	}
 	// Keep the port a RANDOM_PORT start picked: a reload must not ask for another.
 	if addr, ok := ns.Addr().(*net.TCPAddr); ok {
 		opts.Port = addr.Port
 	}
 	return &Server{Server: ns, opts: opts}, nil
+}
+
+// Launch starts ns and waits, at most timeout, until it accepts connections; a start that fails is
+// shut down. nats-server reports a port it cannot listen on only to its logger, and then never
+// becomes ready: Launch gives ns a logger that catches that report, so that a taken port fails the
+// start at once, the error saying why ("Error listening on port: ..."). It passes failed accepts on
+// to logger (see Options.Logger; nil: nobody), naming listen, and drops the server's other reports.
+func Launch(ns *server.Server, logger *slog.Logger, listen string, timeout time.Duration) error {
+	fatal := make(chan string, 1)
+	ns.SetLogger(&serverLogger{fatal: fatal, logger: logger, listen: listen}, false, false)
+	go ns.Start()
+	deadline := time.Now().Add(timeout)
+	for !ns.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case msg := <-fatal:
+			ns.Shutdown()
+			ns.WaitForShutdown()
+			return fmt.Errorf("natsserver: %s", msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+			return fmt.Errorf("natsserver: not ready for connections within %s", timeout)
+		}
+	}
+	return nil
 }
 
 // serverLogger is the embedded server's logger: it keeps the first fatal report, which nats-server

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/keeppeek/coordination/internal/natsserver"
 )
 
 // ClusterOptions configure a Cluster.
@@ -158,49 +160,16 @@ func (c *Cluster) launch(i int) error {
 	if err != nil {
 		return fmt.Errorf("cluster %s: %w", n.name, err)
 	}
-	// nats-server reports a port it cannot listen on only to its logger, and then never becomes
-	// ready: catch that report.
-	fatal := make(chan string, 1)
-	s.SetLogger(fatalLogger(fatal), false, false)
-	go s.Start()
-	deadline := time.Now().Add(10 * time.Second)
-	for !s.ReadyForConnections(50 * time.Millisecond) {
-		select {
-		case msg := <-fatal:
-			s.Shutdown()
-			s.WaitForShutdown()
-			if strings.Contains(msg, "listening on") {
-				return fmt.Errorf("cluster %s (client port %d, cluster port %d): %s: %w", n.name, n.clientPort, n.clusterPort, msg, errPortTaken)
-			}
-			return fmt.Errorf("cluster %s: %s", n.name, msg)
-		default:
+	addr := fmt.Sprintf("127.0.0.1:%d", n.clientPort)
+	if err := natsserver.Launch(s, nil, addr, 10*time.Second); err != nil {
+		if strings.Contains(err.Error(), "listening on") {
+			return fmt.Errorf("cluster %s (client port %d, cluster port %d): %w: %w", n.name, n.clientPort, n.clusterPort, err, errPortTaken)
 		}
-		if time.Now().After(deadline) {
-			s.Shutdown()
-			s.WaitForShutdown()
-			return fmt.Errorf("cluster %s not ready for connections within 10 s", n.name)
-		}
+		return fmt.Errorf("cluster %s: %w", n.name, err)
 	}
 	n.srv = s
 	return nil
 }
-
-// fatalLogger is a nats-server logger that keeps the first fatal report (which nats-server makes,
-// instead of exiting, when a logger is set) and drops everything else.
-type fatalLogger chan string
-
-func (l fatalLogger) Fatalf(format string, v ...any) {
-	select {
-	case l <- fmt.Sprintf(format, v...):
-	default:
-	}
-}
-
-func (fatalLogger) Noticef(string, ...any) {}
-func (fatalLogger) Warnf(string, ...any)   {}
-func (fatalLogger) Errorf(string, ...any)  {}
-func (fatalLogger) Debugf(string, ...any)  {}
-func (fatalLogger) Tracef(string, ...any)  {}
 
 // Len is the number of nodes.
 func (c *Cluster) Len() int { return len(c.nodes) }
