@@ -54,6 +54,9 @@ func TestDemoRunsToTheEnd(t *testing.T) {
 	// told before it.
 	last, afterKill := -1.0, false
 	killedAt, claimedAt, readyAfterKill := -1.0, -1.0, false
+	// After the standby started its publication (which ended the old one's subscriptions) the viewer
+	// and the CV worker subscribe again, and the tour says so only once both have.
+	startedAgain, viewerAgain, cvAgain, complete := false, false, false, false
 	for line := range strings.SplitSeq(strings.TrimSuffix(text, "\n"), "\n") {
 		v, rest, ok := strings.Cut(strings.TrimPrefix(line, "["), "s] ")
 		at, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
@@ -75,11 +78,25 @@ func TestDemoRunsToTheEnd(t *testing.T) {
 			claimedAt = at
 		case afterKill && strings.HasPrefix(rest, took+": capability ready"):
 			readyAfterKill = true
+		case afterKill && strings.HasPrefix(rest, took+": publication started"):
+			startedAgain, viewerAgain, cvAgain = true, false, false
+		case startedAgain && strings.HasPrefix(rest, "viewer-1: viewer subscribed"):
+			viewerAgain = true
+		case startedAgain && strings.HasPrefix(rest, "cv-1: cv subscribed"):
+			cvAgain = true
+		case strings.HasPrefix(rest, "failover complete: "):
+			complete = true
+			if !viewerAgain || !cvAgain {
+				t.Fatalf("failover complete before the viewer (%v) and the CV worker (%v) subscribed to %s's publication:\n%s", viewerAgain, cvAgain, took, text)
+			}
 		}
 	}
 	// The worker said to have taken over claimed the lease and reported READY after the kill, and
 	// the failover time printed is measured: at least from the KILLED line to its claim (the lines'
 	// stamps are rounded to 10 ms).
+	if !complete {
+		t.Fatalf("no failover complete line:\n%s", text)
+	}
 	if claimedAt < 0 || !readyAfterKill {
 		t.Fatalf("%s is said to have taken over, but told no claim or READY after the kill:\n%s", took, text)
 	}

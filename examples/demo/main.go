@@ -307,7 +307,13 @@ func run(keep, verbose bool, timeout time.Duration) (err error) {
 	if err != nil {
 		return err
 	}
-	say("failover complete: %s took over %v after the kill", standby, time.Since(killedAt).Round(time.Millisecond))
+	tookOver := time.Since(killedAt)
+	// 7. The takeover ended the old publication's subscriptions: the tour ends once the viewer and the
+	// CV worker have subscribed to the new one.
+	if err := n.waitSubscribedAgain(ctx, standby); err != nil {
+		return err
+	}
+	say("failover complete: %s took over %v after the kill; viewer-1 and cv-1 subscribed again", standby, tookOver.Round(time.Millisecond))
 	n.hush()
 
 	if keep {

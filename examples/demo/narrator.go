@@ -22,6 +22,13 @@ type narrator struct {
 	hushed   bool              // the tour is over: the workers' events are no longer told
 	lastKind map[string]string // worker id -> the kind of its last told event
 	detected bool              // the CV worker's first detection was reported
+	// subs counts the subscriptions the viewer and the CV worker told; startedAt holds, per
+	// transcoder, subs as they were when it told its last "publication started". Subscriptions told
+	// after that line are to its publication: starting it ended those of the publication before.
+	subs      subCounts
+	startedAt map[string]subCounts
+	// wake is offered a token after every subscription told (waitSubscribedAgain's wake-up).
+	wake chan struct{}
 
 	// ready receives the worker id of each transcoder that reported its publication READY, and
 	// subscribed a token for each subscription the viewer reported. Neither is ever waited on by a
@@ -36,9 +43,12 @@ type narrator struct {
 }
 
 func newNarrator(out io.Writer) *narrator {
-	return &narrator{out: out, start: time.Now(), lastKind: map[string]string{},
-		ready: make(chan string, 16), subscribed: make(chan struct{}, 16)}
+	return &narrator{out: out, start: time.Now(), lastKind: map[string]string{}, startedAt: map[string]subCounts{},
+		ready: make(chan string, 16), subscribed: make(chan struct{}, 16), wake: make(chan struct{}, 1)}
 }
+
+// subCounts are numbers of subscriptions told, the viewer's and the CV worker's.
+type subCounts struct{ viewer, cv int }
 
 // say tells one line of the tour, stamped with the time since the start.
 func (n *narrator) say(format string, args ...any) {
@@ -78,6 +88,10 @@ func (n *narrator) hush() {
 func (n *narrator) worker(id, kind, format string, args ...any) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.workerLocked(id, kind, format, args...)
+}
+
+func (n *narrator) workerLocked(id, kind, format string, args ...any) bool {
 	if n.hushed || (kind == "standby" && n.lastKind[id] == kind) {
 		return false
 	}
@@ -90,7 +104,11 @@ func (n *narrator) worker(id, kind, format string, args ...any) bool {
 func (n *narrator) transcoder(e transcode.Event) {
 	switch e.Kind {
 	case "lease claimed", "standby", "publication started", "capability ready", "invalid":
-		n.worker(e.WorkerID, e.Kind, "%s (%s)", e.Kind, e.Detail)
+		n.mu.Lock()
+		if n.workerLocked(e.WorkerID, e.Kind, "%s (%s)", e.Kind, e.Detail) && e.Kind == "publication started" {
+			n.startedAt[e.WorkerID] = n.subs
+		}
+		n.mu.Unlock()
 	}
 	if e.Kind == "capability ready" {
 		offer(n.ready, e.WorkerID)
@@ -99,9 +117,15 @@ func (n *narrator) transcoder(e transcode.Event) {
 
 // viewer is the viewer's Events callback.
 func (n *narrator) viewer(kind, intent, detail string) {
-	n.worker("viewer-1", kind, "%s: %s", kind, detail)
+	n.mu.Lock()
+	told := n.workerLocked("viewer-1", kind, "%s: %s", kind, detail)
+	if told && kind == "viewer subscribed" {
+		n.subs.viewer++
+	}
+	n.mu.Unlock()
 	if kind == "viewer subscribed" {
 		offer(n.subscribed, struct{}{})
+		offer(n.wake, struct{}{})
 	}
 }
 
@@ -109,10 +133,19 @@ func (n *narrator) viewer(kind, intent, detail string) {
 func (n *narrator) cv(kind, intent, detail string) {
 	switch kind {
 	case "cv subscribed", "cv unsubscribed", "cv lease lost":
+		n.mu.Lock()
+		var told bool
 		if detail == "" {
-			n.worker("cv-1", kind, "%s", kind)
+			told = n.workerLocked("cv-1", kind, "%s", kind)
 		} else {
-			n.worker("cv-1", kind, "%s (%s)", kind, detail)
+			told = n.workerLocked("cv-1", kind, "%s (%s)", kind, detail)
+		}
+		if told && kind == "cv subscribed" {
+			n.subs.cv++
+		}
+		n.mu.Unlock()
+		if kind == "cv subscribed" {
+			offer(n.wake, struct{}{})
 		}
 	case "detection":
 		n.mu.Lock()
@@ -142,6 +175,25 @@ func (n *narrator) waitReady(ctx context.Context, skip string, viewer bool) (str
 		}
 	}
 	return ready, nil
+}
+
+// waitSubscribedAgain waits until the viewer and the CV worker have both told a subscription after
+// transcoder id told its last "publication started": they subscribed to its publication.
+func (n *narrator) waitSubscribedAgain(ctx context.Context, id string) error {
+	for {
+		n.mu.Lock()
+		base, started := n.startedAt[id]
+		done := started && n.subs.viewer > base.viewer && n.subs.cv > base.cv
+		n.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.New("the tour did not complete in time: the viewer and the CV worker did not subscribe again")
+		case <-n.wake:
+		}
+	}
 }
 
 // offer hands a signal to the tour without ever blocking the worker that reports it.

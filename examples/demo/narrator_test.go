@@ -108,3 +108,36 @@ func stamp(t *testing.T, line string) float64 {
 	}
 	return f
 }
+
+// The tour ends once the viewer and the CV worker have subscribed to the standby's publication:
+// subscriptions told before the standby told "publication started" were to the publication it ended,
+// and do not count; one of the two subscribing again is not enough.
+func TestNarratorWaitsForBothToSubscribeAgain(t *testing.T) {
+	var out bytes.Buffer
+	n := newNarrator(&out)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel() // a wait on ended returns at once: nil when the condition holds already, an error if not
+	n.viewer("viewer subscribed", "intents/x", "sub-1")
+	n.cv("cv subscribed", "intents/y", "model m")
+	if err := n.waitSubscribedAgain(ended, "tx-2"); err == nil {
+		t.Fatal("the tour ended before the standby started its publication")
+	}
+	n.transcoder(transcode.Event{WorkerID: "tx-2", Kind: "publication started", Intent: "intents/x", Detail: "v"})
+	if err := n.waitSubscribedAgain(ended, "tx-2"); err == nil {
+		t.Fatalf("subscriptions to the ended publication counted:\n%s", out.String())
+	}
+	n.viewer("viewer subscribed", "intents/x", "sub-2")
+	if err := n.waitSubscribedAgain(ended, "tx-2"); err == nil {
+		t.Fatalf("the tour ended with only the viewer subscribed again:\n%s", out.String())
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- n.waitSubscribedAgain(ctx, "tx-2")
+	}()
+	n.cv("cv subscribed", "intents/y", "model m")
+	if err := <-done; err != nil {
+		t.Fatalf("%v:\n%s", err, out.String())
+	}
+}
