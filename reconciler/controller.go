@@ -70,6 +70,12 @@ type Options struct {
 	// Reconcile still running then is abandoned and logged; when it returns, its outcome schedules
 	// nothing. Default DefaultStopTimeout (10 s).
 	StopTimeout time.Duration
+	// Metrics, when set, receive the controller's figures (see Metrics), labelled with Name. Default:
+	// none.
+	Metrics *Metrics
+	// Name labels the controller's metrics: unique among the running controllers that share Metrics.
+	// Default "<Namespace>/<KeyPrefix>" (service/transcoder-a/intents/).
+	Name string
 	// CheckInterval is how often the cache, when idle, checks that its watch is still live
 	// (client.CacheOptions.CheckInterval): across a parted NATS route (the controller's NATS node cut
 	// off from the state server's, its own connection up) no message and no status change tells the
@@ -112,8 +118,9 @@ type Controller struct {
 // New returns a controller that reconciles the entries of o.Namespace under o.KeyPrefix through c
 // with r. It checks the options and starts nothing; see Start. It returns an error naming the
 // mistake, and no controller, for a nil client, a nil Reconciler (a nil Func too), an invalid
-// Namespace, KeyPrefix or WatchID, a negative MaxConcurrent or duration, or a MaxBackoff below
-// BaseBackoff. It sends nothing, so it never returns a store error.
+// Namespace, KeyPrefix or WatchID, a negative MaxConcurrent or duration, a MaxBackoff below
+// BaseBackoff, or a Name that another controller sharing Metrics has and has not stopped. It sends
+// nothing, so it never returns a store error.
 func New(c *client.Client, r Reconciler, o Options) (*Controller, error) {
 	switch {
 	case c == nil:
@@ -153,13 +160,28 @@ func New(c *client.Client, r Reconciler, o Options) (*Controller, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Name == "" {
+		o.Name = o.Namespace + "/" + o.KeyPrefix
+	}
 	o.Triggers = append([]<-chan struct{}(nil), o.Triggers...)
+	var waited func(time.Duration)
+	if m := o.Metrics; m != nil {
+		w := m.wait.WithLabelValues(o.Name)
+		waited = func(d time.Duration) { w.Observe(d.Seconds()) }
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Controller{
-		c: c, r: r, o: o, q: newQueue(o.BaseBackoff, o.MaxBackoff),
+	ctrl := &Controller{
+		c: c, r: r, o: o, q: newQueue(o.BaseBackoff, o.MaxBackoff, waited),
 		log: o.Logger.With("namespace", o.Namespace, "key_prefix", o.KeyPrefix),
 		ctx: ctx, cancel: cancel, known: map[string]struct{}{},
-	}, nil
+	}
+	if m := o.Metrics; m != nil {
+		if err := m.claim(o.Name, ctrl); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	return ctrl, nil
 }
 
 // isNilFunc reports whether r is a Func holding no function.
@@ -280,6 +302,9 @@ func (c *Controller) Stop() {
 				c.log.Warn("reconciler: closing the cache", "err", err)
 			}
 		}
+		if m := c.o.Metrics; m != nil {
+			m.release(c.o.Name, c)
+		}
 	})
 }
 
@@ -388,7 +413,11 @@ func (c *Controller) process(key string) {
 	if c.ctx.Err() != nil {
 		return
 	}
-	res, err := c.reconcile(key)
+	start := time.Now()
+	res, panicked, err := c.reconcile(key)
+	if m := c.o.Metrics; m != nil && c.ctx.Err() == nil {
+		m.observe(c.o.Name, time.Since(start), err, res, panicked)
+	}
 	switch {
 	case c.ctx.Err() != nil:
 		// Stopping: the outcome of a cancelled Reconcile schedules nothing.
@@ -406,13 +435,14 @@ func (c *Controller) process(key string) {
 	}
 }
 
-// reconcile calls the Reconciler, turning a panic into an error.
-func (c *Controller) reconcile(key string) (res Result, err error) {
+// reconcile calls the Reconciler, turning a panic into an error (and reporting it).
+func (c *Controller) reconcile(key string) (res Result, panicked bool, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			c.log.Error("reconciler: reconcile panicked", "key", key, "panic", p, "stack", string(debug.Stack()))
-			res, err = Result{}, fmt.Errorf("reconciler: reconcile of %q panicked: %v", key, p)
+			res, panicked, err = Result{}, true, fmt.Errorf("reconciler: reconcile of %q panicked: %v", key, p)
 		}
 	}()
-	return c.r.Reconcile(c.ctx, Request{Namespace: c.o.Namespace, Key: key})
+	res, err = c.r.Reconcile(c.ctx, Request{Namespace: c.o.Namespace, Key: key})
+	return res, false, err
 }

@@ -45,5 +45,10 @@
 // woken by that key's changes only if the controller watches it: give a KeyPrefix that covers both
 // (or none), and have the Reconcile of the other key Enqueue the key it concerns.
 //
+// Options.Metrics (NewMetrics) gives a controller Prometheus metrics in the manner of
+// controller-runtime's: Reconciles by outcome and their duration, the queue's depth, wait and
+// retries, and whether the cache follows the store (reconciler_cache_following: 0 says the
+// controller reconciles on its last entries).
+//
 // See the Controller example for a worker's Reconcile.
 package reconciler

@@ -36,15 +36,20 @@ type queue struct {
 	waitingBy  map[string]*waitItem
 	closed     bool
 	started    bool
+	// readyAt holds when each key in items became ready, and waited is told, at get, how long the key
+	// waited there; both only when waited is set (the controller's Metrics).
+	readyAt map[string]time.Time
+	waited  func(time.Duration)
 
 	wake     chan struct{} // one token: the earliest deadline changed
 	stop     chan struct{} // closed by shutdown
 	loopDone chan struct{} // closed when the delay loop returns
 }
 
-func newQueue(baseBackoff, maxBackoff time.Duration) *queue {
+// newQueue returns a queue; waited, when not nil, is told at every get how long the key waited ready.
+func newQueue(baseBackoff, maxBackoff time.Duration, waited func(time.Duration)) *queue {
 	q := &queue{
-		baseBackoff: baseBackoff, maxBackoff: maxBackoff,
+		baseBackoff: baseBackoff, maxBackoff: maxBackoff, waited: waited, readyAt: map[string]time.Time{},
 		dirty: map[string]struct{}{}, processing: map[string]struct{}{}, failures: map[string]int{},
 		waitingBy: map[string]*waitItem{},
 		wake:      make(chan struct{}, 1), stop: make(chan struct{}), loopDone: make(chan struct{}),
@@ -82,7 +87,15 @@ func (q *queue) addLocked(key string) {
 	if _, ok := q.processing[key]; ok {
 		return // done re-queues it
 	}
+	q.pushLocked(key)
+}
+
+// pushLocked appends key to the ready keys.
+func (q *queue) pushLocked(key string) {
 	q.items = append(q.items, key)
+	if q.waited != nil {
+		q.readyAt[key] = time.Now()
+	}
 	q.cond.Signal()
 }
 
@@ -102,6 +115,10 @@ func (q *queue) get() (key string, ok bool) {
 	q.items = q.items[1:]
 	q.processing[key] = struct{}{}
 	delete(q.dirty, key)
+	if q.waited != nil {
+		q.waited(time.Since(q.readyAt[key]))
+		delete(q.readyAt, key)
+	}
 	// The Reconcile that begins now supersedes a scheduled add of key (a RequeueAfter, a backoff):
 	// its own outcome decides what comes next, so the old schedule must not run it once more.
 	if it, ok := q.waitingBy[key]; ok {
@@ -117,8 +134,7 @@ func (q *queue) done(key string) {
 	defer q.mu.Unlock()
 	delete(q.processing, key)
 	if _, ok := q.dirty[key]; ok && !q.closed {
-		q.items = append(q.items, key)
-		q.cond.Signal()
+		q.pushLocked(key)
 	}
 }
 
@@ -193,6 +209,13 @@ func (q *queue) len() int {
 	return len(q.items)
 }
 
+// sizes returns the numbers of keys ready, scheduled for later and handed out.
+func (q *queue) sizes() (ready, scheduled, processing int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items), len(q.waiting), len(q.processing)
+}
+
 // shutdown stops handing out keys, drops the waiting and scheduled ones, wakes every get, and waits
 // for the delay loop. Keys in flight may still be passed to done. It is idempotent.
 func (q *queue) shutdown() {
@@ -204,6 +227,7 @@ func (q *queue) shutdown() {
 	}
 	q.closed = true
 	q.items = nil
+	clear(q.readyAt)
 	q.waiting = nil
 	clear(q.waitingBy)
 	started := q.started

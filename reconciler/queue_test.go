@@ -41,7 +41,7 @@ func getWithin(t *testing.T, q *queue) string {
 }
 
 func TestQueueDedupFIFO(t *testing.T) {
-	q := newQueue(time.Millisecond, time.Second)
+	q := newQueue(time.Millisecond, time.Second, nil)
 	defer q.shutdown()
 	for _, k := range []string{"a", "b", "a", "c", "b", "a"} {
 		q.add(k)
@@ -64,7 +64,7 @@ func TestQueueDedupFIFO(t *testing.T) {
 }
 
 func TestQueueAddWhileProcessing(t *testing.T) {
-	q := newQueue(time.Millisecond, time.Second)
+	q := newQueue(time.Millisecond, time.Second, nil)
 	defer q.shutdown()
 	q.add("a")
 	if k := getWithin(t, q); k != "a" {
@@ -103,7 +103,7 @@ func TestQueueNoConcurrentSameKey(t *testing.T) {
 		adds    = 500
 		nkeys   = 5
 	)
-	q := newQueue(time.Millisecond, time.Second)
+	q := newQueue(time.Millisecond, time.Second, nil)
 	q.start()
 	keys := make([]string, nkeys)
 	index := map[string]int{}
@@ -230,7 +230,7 @@ func TestBackoff(t *testing.T) {
 
 func TestQueueRateLimitGrowsAndResets(t *testing.T) {
 	// Not started: scheduled adds wait, so nothing races the counts.
-	q := newQueue(time.Hour, 8*time.Hour)
+	q := newQueue(time.Hour, 8*time.Hour, nil)
 	defer q.shutdown()
 	var got []time.Duration
 	for range 5 {
@@ -261,7 +261,7 @@ func TestQueueRateLimitGrowsAndResets(t *testing.T) {
 func TestQueueAddAfter(t *testing.T) {
 	// Not started yet: scheduled adds wait for the delay loop, so a "soon" that comes due while this
 	// goroutine is descheduled cannot race the count.
-	q := newQueue(time.Millisecond, time.Second)
+	q := newQueue(time.Millisecond, time.Second, nil)
 	defer q.shutdown()
 
 	const delay = 50 * time.Millisecond
@@ -331,7 +331,7 @@ func awaitScheduled(t *testing.T, q *queue) {
 // get is scheduled.
 func TestQueueAddAfterOfAQueuedOrProcessingKey(t *testing.T) {
 	t.Run("queued", func(t *testing.T) {
-		q := newQueue(time.Millisecond, time.Second)
+		q := newQueue(time.Millisecond, time.Second, nil)
 		defer q.shutdown()
 		q.add("z")
 		q.addAfter("z", time.Millisecond)
@@ -347,7 +347,7 @@ func TestQueueAddAfterOfAQueuedOrProcessingKey(t *testing.T) {
 		}
 	})
 	t.Run("processing", func(t *testing.T) {
-		q := newQueue(time.Millisecond, time.Second)
+		q := newQueue(time.Millisecond, time.Second, nil)
 		defer q.shutdown()
 		q.add("z")
 		k := getWithin(t, q)
@@ -365,7 +365,7 @@ func TestQueueAddAfterOfAQueuedOrProcessingKey(t *testing.T) {
 		}
 	})
 	t.Run("superseded", func(t *testing.T) {
-		q := newQueue(time.Millisecond, time.Second)
+		q := newQueue(time.Millisecond, time.Second, nil)
 		defer q.shutdown()
 		q.addAfter("z", time.Hour)
 		q.addAfter("y", time.Hour)
@@ -383,7 +383,7 @@ func TestQueueAddAfterOfAQueuedOrProcessingKey(t *testing.T) {
 }
 
 func TestQueueShutdown(t *testing.T) {
-	q := newQueue(time.Millisecond, time.Second)
+	q := newQueue(time.Millisecond, time.Second, nil)
 	q.start()
 	q.add("a")
 	q.add("b")
@@ -429,5 +429,5 @@ func TestQueueShutdown(t *testing.T) {
 	q.shutdown() // idempotent
 
 	// A queue that never started shuts down too.
-	newQueue(time.Millisecond, time.Second).shutdown()
+	newQueue(time.Millisecond, time.Second, nil).shutdown()
 }

@@ -13,7 +13,8 @@
 //
 // Healthy (HealthHandler) is a liveness check; Ready is the readiness check, which also says when no
 // state server answers the worker (a parted NATS route leaves its connection up and drops its
-// heartbeats: its entry expires at the state server while it runs on).
+// heartbeats: its entry expires at the state server while it runs on). Collector gives both, the
+// status, the leases held and the heartbeats to Prometheus.
 //
 // A supervisor (systemd, Kubernetes) stops a process with SIGTERM: end Run's ctx on it too
 // (signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)), or the process dies without the graceful

@@ -74,6 +74,8 @@ type Worker struct {
 	hbMu      sync.Mutex // one heartbeat at a time, so they reach the server in sequence order
 	sequence  int64
 	leftOut   int // leases the last heartbeat left out, to log a change once (under hbMu)
+	// sent and failed count the heartbeats published and those that could not be (under mu).
+	sent, failed uint64
 }
 
 type namedFunc struct {
@@ -448,6 +450,7 @@ func (w *Worker) heartbeat() error {
 	if !w.opts.Conn.IsConnected() {
 		w.mu.Lock()
 		w.lastErr = errNotConnected
+		w.failed++
 		w.mu.Unlock()
 		return errNotConnected
 	}
@@ -469,6 +472,9 @@ func (w *Worker) heartbeat() error {
 	w.lastErr = err
 	if err == nil {
 		w.lastBeat = time.Now()
+		w.sent++
+	} else {
+		w.failed++
 	}
 	w.mu.Unlock()
 	return err
