@@ -47,6 +47,8 @@ type Config struct {
 	// silent media server's snapshot goes stale); zero fields take the tracker's defaults, and its
 	// Logger defaults to Logger.
 	Capabilities capabilities.TrackerOptions
+	// Metrics, when set, receive the figures of the worker's controller (reconciler.Options.Metrics).
+	Metrics *reconciler.Metrics
 	// Events, when set, is called for each step worth narrating and for each emitted detection.
 	Events func(kind, intent, detail string)
 }
@@ -146,7 +148,7 @@ func New(cfg Config) (*Worker, error) {
 		tracker: internal.NewTracker(cfg.Conn, cfg.Capabilities, cfg.Logger)}
 	changed, _ := c.tracker.Subscribe()
 	c.ctrl, err = reconciler.New(w.Client(), c, reconciler.Options{Namespace: c.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
-		Triggers: []<-chan struct{}{changed}, ResyncEvery: 2 * time.Second, Logger: cfg.Logger})
+		Triggers: []<-chan struct{}{changed}, ResyncEvery: 2 * time.Second, Logger: cfg.Logger, Metrics: cfg.Metrics})
 	if err != nil {
 		return nil, err
 	}

@@ -59,6 +59,8 @@ type Config struct {
 	// silent media server's snapshot goes stale); zero fields take the tracker's defaults, and its
 	// Logger defaults to Logger.
 	Capabilities capabilities.TrackerOptions
+	// Metrics, when set, receive the figures of the worker's controller (reconciler.Options.Metrics).
+	Metrics *reconciler.Metrics
 	// Events, when set, is called for each step worth narrating (the demo prints them), from one
 	// goroutine at a time.
 	Events func(Event)
@@ -161,7 +163,7 @@ func New(cfg Config) (*Transcoder, error) {
 		outputs: map[string]output{}, settled: map[string]internal.Settled{}, told: map[string]string{}}
 	capsChanged, _ := t.tracker.Subscribe()
 	t.ctrl, err = reconciler.New(w.Client(), t, reconciler.Options{Namespace: t.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
-		Triggers: []<-chan struct{}{capsChanged, t.leaseFired}, ResyncEvery: 10 * time.Second, Logger: cfg.Logger})
+		Triggers: []<-chan struct{}{capsChanged, t.leaseFired}, ResyncEvery: 10 * time.Second, Logger: cfg.Logger, Metrics: cfg.Metrics})
 	if err != nil {
 		return nil, err
 	}
