@@ -28,6 +28,7 @@
 // time: it campaigns, calls OnStarted with a context cancelled when the lease is lost,
 // releases, and campaigns again. The leader keeps a resume offset with Lease.LoadOffset and
 // Lease.SaveOffset; the save is a guarded write, so a deposed leader cannot move the offset.
+// Elector.Collector shows, to Prometheus, whether the replica leads, its terms and its fencing token.
 //
 // Only admin principals write service namespaces, so leases are claimed with an admin principal's
 // client.

@@ -37,6 +37,7 @@ type Elector struct {
 	o       ElectorOptions
 	running atomic.Bool
 	current atomic.Pointer[Lease] // the lease of the running term, nil between terms
+	terms   atomic.Uint64         // terms begun (OnStarted called)
 }
 
 // NewElector validates o and returns an Elector; Run starts it.
@@ -133,6 +134,7 @@ func (e *Elector) lead(ctx context.Context, l *Lease) {
 		}
 	})
 	e.current.Store(l)
+	e.terms.Add(1)
 	e.o.OnStarted(jobCtx, l)
 	e.current.Store(nil)
 	cancel()
