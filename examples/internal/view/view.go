@@ -38,6 +38,8 @@ type Config struct {
 	// silent media server's snapshot goes stale); zero fields take the tracker's defaults, and its
 	// Logger defaults to Logger.
 	Capabilities capabilities.TrackerOptions
+	// Metrics, when set, receive the figures of the viewer's controller (reconciler.Options.Metrics).
+	Metrics *reconciler.Metrics
 	// Events, when set, is called for each step worth narrating, from one goroutine at a time.
 	Events func(kind, intent, detail string)
 }
@@ -107,7 +109,7 @@ func New(cfg Config) (*Viewer, error) {
 		looked: map[string]bool{}, tracker: internal.NewTracker(cfg.Conn, cfg.Capabilities, cfg.Logger)}
 	changed, _ := v.tracker.Subscribe()
 	v.ctrl, err = reconciler.New(w.Client(), v, reconciler.Options{Namespace: v.ns, KeyPrefix: "intents/", WatchID: internal.WatchID("intents", cfg.WorkerID),
-		Triggers: []<-chan struct{}{changed}, Logger: cfg.Logger})
+		Triggers: []<-chan struct{}{changed}, Logger: cfg.Logger, Metrics: cfg.Metrics})
 	if err != nil {
 		return nil, err
 	}
