@@ -221,6 +221,7 @@ func commands() []*command {
 		{name: "ls", usage: usageLs, run: (*app).cmdLs},
 		{name: "watch", usage: usageWatch, run: (*app).cmdWatch},
 		{name: "info", usage: usageInfo, run: (*app).cmdInfo},
+		{name: "workers", usage: usageWorkers, run: (*app).cmdWorkers},
 		{name: "backup", usage: usageBackup, run: (*app).cmdBackup},
 		{name: "audit", usage: usageAudit, run: (*app).cmdAudit},
 		{name: "bench", usage: usageBench, run: (*app).cmdBench},

@@ -18,10 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/keeppeek/coordination/internal/bench"
 	"github.com/keeppeek/coordination/internal/e2e"
+	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -66,6 +68,28 @@ func start(t *testing.T, extra string) *env {
 	s := e2e.NewStated(t, e2e.Config{Principals: principals, Extra: extra})
 	s.Start()
 	return &env{t: t, s: s, bin: bin, dir: t.TempDir()}
+}
+
+// conn connects to e's stated as principal (password pw), with its inbox prefix; it closes at the
+// test's end.
+func (e *env) conn(principal, pw string) *nats.Conn {
+	e.t.Helper()
+	nc, err := client.Connect(e.s.URL(), principal, nats.UserInfo(principal, pw))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(nc.Close)
+	return nc
+}
+
+// client is a store client of principal (password pw) on a connection of its own.
+func (e *env) client(principal, pw string) *client.Client {
+	e.t.Helper()
+	c, err := client.New(e.conn(principal, pw), principal)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
 }
 
 // result is one finished statectl run.

@@ -7,9 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/keeppeek/coordination/store/client"
 	"github.com/keeppeek/coordination/store/wire"
 )
 
@@ -17,15 +14,7 @@ import (
 // key once and in order, whatever the page size, and --json stays one document.
 func TestLsOverMoreThanOnePageOfTheLargestSize(t *testing.T) {
 	e := start(t, "")
-	nc, err := client.Connect(e.s.URL(), "coordinator", nats.UserInfo("coordinator", "coord-pw"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	c, err := client.New(nc, "coordinator")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := e.client("coordinator", "coord-pw")
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	const n = 300

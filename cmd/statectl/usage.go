@@ -12,6 +12,7 @@ Commands:
   ls NS [PREFIX]                list the entries of a namespace (every page)
   watch NS [PREFIX]             print the snapshot, then every update, until Ctrl-C
   info                          print the server's identity, epoch, features and bounds
+  workers [PRINCIPAL]           list the live workers, from their heartbeats (admin)
   backup FILE                   write an online backup of the whole store to FILE (admin)
   audit verify                  check the audit log's hash chain (admin)
   bench                         measure the server: CAS latency, writers, fanout, idle memory (admin)
@@ -95,6 +96,19 @@ entries, R the namespace revision the last page reported.
 
 Flags:
   --limit N   entries per page, 1 to 256 (default: the server's, 100)
+`
+
+const usageWorkers = `Usage: statectl workers [PRINCIPAL]
+
+List the live workers (every principal's, or PRINCIPAL's), as the server keeps them from their
+heartbeats in the system namespace (workers/<principal>/<worker_id>), ordered by principal and worker
+id: PRINCIPAL, WORKER, SERVICE, STATUS (starting, ready, draining, stopping), LEASES (how many leases its
+heartbeats list: what it says it holds; the lease entries are the authority), INTERVAL (its heartbeat
+interval), FIRST SEEN and EXPIRES (the server's clock: the entry expires three intervals after the
+last heartbeat, unless another comes). Every page is read; a worker that appears or expires meanwhile
+may be missing or listed. With --json, one object {"workers":[{"principal","worker_id","service",
+"status","interval_ms","leases":[...],"first_seen_ms","expires_at_ms","revision"}]}. The system
+namespace is readable by admin principals only: anyone else gets STATE_STORE_ERROR_CODE_PERMISSION_DENIED.
 `
 
 const usageWatch = `Usage: statectl watch NS [PREFIX] [flags]

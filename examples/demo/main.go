@@ -321,6 +321,7 @@ func run(keep, verbose bool, timeout time.Duration) (err error) {
 		// ./cmd/statectl is not there.
 		say("still running. Try, from the repository's root:")
 		say("  go run ./cmd/statectl --nats-url %s ls service/%s", url, service)
+		say("  go run ./cmd/statectl --nats-url %s workers", url)
 		say("  go run ./cmd/statectl --nats-url %s watch system workers/", url)
 		say("Ctrl-C to stop")
 		<-sigCtx.Done()
