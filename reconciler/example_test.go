@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keeppeek/coordination/capabilities"
 	"github.com/keeppeek/coordination/internal/exampleenv"
@@ -60,9 +61,15 @@ func ExampleController() {
 		// ... claim the lease, StartPublication with mi.RecordingMode, write an active status.
 		return reconciler.Result{}, nil
 	}
+	// Prometheus metrics, served with the process's others (promhttp.Handler()).
+	metrics, err := reconciler.NewMetrics(prometheus.DefaultRegisterer)
+	if err != nil {
+		panic(err)
+	}
 	ctrl, err = reconciler.New(c, reconciler.Func(reconcile), reconciler.Options{
 		Namespace: ns, KeyPrefix: "intents/", MaxConcurrent: 4,
 		Triggers: []<-chan struct{}{capsChanged},
+		Metrics:  metrics, Name: "transcoder-intents",
 	})
 	if err != nil {
 		panic(err)
