@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keeppeek/coordination/internal/natsserver"
 	"github.com/keeppeek/coordination/internal/natstest"
@@ -79,8 +80,14 @@ func TestWorkerWarnsOncePerOutageWhileNATSIsDown(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(w.Collector())
 	if n := heartbeatsFailed(t, log, 5); n != 1 {
 		t.Fatalf("5 heartbeats not sent before NATS was up: %d warnings, want 1", n)
+	}
+	// The collector counts them failed, and none sent.
+	if hb := series(t, reg, "worker_heartbeats_total", "tx-40", "result"); hb["failed"] < 5 || hb["sent"] != 0 {
+		t.Fatalf("worker_heartbeats_total while NATS is down: %v, want at least 5 failed, none sent", hb)
 	}
 
 	// NATS comes up: the heartbeats go out.
@@ -99,6 +106,13 @@ func TestWorkerWarnsOncePerOutageWhileNATSIsDown(t *testing.T) {
 	}
 	if _, err := beats.NextMsg(10 * time.Second); err != nil {
 		t.Fatalf("no heartbeat once NATS was up: %v", err)
+	}
+	// Heartbeats go out one at a time: once a second one arrived, the first was counted.
+	if _, err := beats.NextMsg(10 * time.Second); err != nil {
+		t.Fatalf("no second heartbeat: %v", err)
+	}
+	if hb := series(t, reg, "worker_heartbeats_total", "tx-40", "result"); hb["sent"] < 1 {
+		t.Fatalf("worker_heartbeats_total once NATS was up: %v, want one sent", hb)
 	}
 
 	// NATS goes away again: one more warning, for the new outage.
