@@ -29,7 +29,8 @@ import (
 //	reconciler_cache_resyncs_total{controller}         snapshots the cache installed after its first
 //	reconciler_cache_revision{controller}              the namespace revision the cache reflects
 //
-// The gauges and the cache's figures are read when the metrics are collected. One Metrics serves
+// A controller's series are there from New on, at 0, so that increase() sees its first event. The
+// gauges and the cache's figures are read when the metrics are collected. One Metrics serves
 // every controller of a process; their names must differ while they run (New refuses a name in use;
 // Stop frees it, and a later controller of that name goes on with its counters).
 type Metrics struct {
@@ -99,6 +100,15 @@ func (m *Metrics) claim(name string, c *Controller) error {
 		return fmt.Errorf("reconciler: metrics name %q is another controller's (set Options.Name)", name)
 	}
 	m.controllers[name] = c
+	// Every series of the controller is there from the start, at 0, so that increase() and rate()
+	// see its first event.
+	for _, r := range []string{resultSuccess, resultError, resultRequeue, resultRequeueAfter} {
+		m.reconciles.WithLabelValues(name, r)
+	}
+	m.panics.WithLabelValues(name)
+	m.retries.WithLabelValues(name)
+	m.duration.WithLabelValues(name)
+	m.wait.WithLabelValues(name)
 	return nil
 }
 

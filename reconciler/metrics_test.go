@@ -121,6 +121,13 @@ func TestControllerMetrics(t *testing.T) {
 		t.Fatalf("New with the name of a running controller: %v, want an error naming it", err)
 	}
 	expect(t, reg, 0, "reconciler_cache_following", name) // not started: no cache yet
+	// Every series is there from New on, at 0, so that increase() sees the first event.
+	for _, r := range []string{"success", "error", "requeue", "requeue_after"} {
+		expect(t, reg, 0, "reconciler_reconcile_total", name, "result", r)
+	}
+	expect(t, reg, 0, "reconciler_reconcile_panics_total", name)
+	expect(t, reg, 0, "reconciler_queue_retries_total", name)
+	expect(t, reg, 0, "reconciler_reconcile_duration_seconds", name)
 
 	var last uint64
 	for i, k := range []string{"ok", "fail", "panic", "requeue", "later"} {
