@@ -415,23 +415,29 @@ func (c *Controller) process(key string) {
 	}
 	start := time.Now()
 	res, panicked, err := c.reconcile(key)
-	if m := c.o.Metrics; m != nil && c.ctx.Err() == nil {
-		m.observe(c.o.Name, time.Since(start), err, res, panicked)
-	}
+	took := time.Since(start)
+	var result string
 	switch {
 	case c.ctx.Err() != nil:
-		// Stopping: the outcome of a cancelled Reconcile schedules nothing.
+		return // stopping: the outcome of a cancelled Reconcile schedules nothing, and is not counted
 	case err != nil:
+		result = resultError
 		d := c.q.addRateLimited(key)
 		c.log.Warn("reconciler: reconcile failed; retrying", "key", key, "err", err, "backoff", d,
 			"failures", c.q.numFailures(key))
 	case res.RequeueAfter > 0:
+		result = resultRequeueAfter
 		c.q.forget(key)
 		c.q.addAfter(key, res.RequeueAfter)
 	case res.Requeue:
+		result = resultRequeue
 		c.q.addRateLimited(key)
 	default:
+		result = resultSuccess
 		c.q.forget(key)
+	}
+	if m := c.o.Metrics; m != nil {
+		m.observe(c.o.Name, took, result, panicked)
 	}
 }
 

@@ -121,23 +121,15 @@ func (m *Metrics) release(name string, c *Controller) {
 	}
 }
 
-// observe counts one Reconcile of the controller named name that ran for d.
-func (m *Metrics) observe(name string, d time.Duration, err error, res Result, panicked bool) {
-	result := resultSuccess
-	switch {
-	case err != nil:
-		result = resultError
-	case res.RequeueAfter > 0:
-		result = resultRequeueAfter
-	case res.Requeue:
-		result = resultRequeue
-	}
+// observe counts one Reconcile of the controller named name that ran for d and ended with result; an
+// error or a Requeue scheduled its key again after its backoff (a retry).
+func (m *Metrics) observe(name string, d time.Duration, result string, panicked bool) {
 	m.reconciles.WithLabelValues(name, result).Inc()
 	m.duration.WithLabelValues(name).Observe(d.Seconds())
 	if panicked {
 		m.panics.WithLabelValues(name).Inc()
 	}
-	if err != nil || (res.RequeueAfter <= 0 && res.Requeue) {
+	if result == resultError || result == resultRequeue {
 		m.retries.WithLabelValues(name).Inc()
 	}
 }
