@@ -27,14 +27,12 @@ type narrator struct {
 	// after that line are to its publication: starting it ended those of the publication before.
 	subs      subCounts
 	startedAt map[string]subCounts
-	// wake is offered a token after every subscription told (waitSubscribedAgain's wake-up).
+	// wake is offered a token after every subscription told: the tour looks at subs again.
 	wake chan struct{}
 
-	// ready receives the worker id of each transcoder that reported its publication READY, and
-	// subscribed a token for each subscription the viewer reported. Neither is ever waited on by a
-	// worker: a full channel drops (the tour reads them as long as it waits for them).
-	ready      chan string
-	subscribed chan struct{}
+	// ready receives the worker id of each transcoder that reported its publication READY. It is never
+	// waited on by a worker: a full channel drops (the tour reads it as long as it waits for it).
+	ready chan string
 
 	// lost, when set, is called once, under mu, with the first error writing to out: its reader is
 	// gone (a pipe closed, a terminal hung up), and nobody will see the rest of the tour.
@@ -44,7 +42,7 @@ type narrator struct {
 
 func newNarrator(out io.Writer) *narrator {
 	return &narrator{out: out, start: time.Now(), lastKind: map[string]string{}, startedAt: map[string]subCounts{},
-		ready: make(chan string, 16), subscribed: make(chan struct{}, 16), wake: make(chan struct{}, 1)}
+		ready: make(chan string, 16), wake: make(chan struct{}, 1)}
 }
 
 // subCounts are numbers of subscriptions told, the viewer's and the CV worker's.
@@ -124,7 +122,6 @@ func (n *narrator) viewer(kind, intent, detail string) {
 	}
 	n.mu.Unlock()
 	if kind == "viewer subscribed" {
-		offer(n.subscribed, struct{}{})
 		offer(n.wake, struct{}{})
 	}
 }
@@ -161,8 +158,14 @@ func (n *narrator) cv(kind, intent, detail string) {
 // waitReady waits until a transcoder other than skip reports its publication READY (and, with
 // viewer, until the viewer has subscribed); it returns that transcoder's worker id.
 func (n *narrator) waitReady(ctx context.Context, skip string, viewer bool) (string, error) {
-	ready, subscribed := "", !viewer
-	for ready == "" || !subscribed {
+	ready := ""
+	for {
+		n.mu.Lock()
+		subscribed := !viewer || n.subs.viewer > 0
+		n.mu.Unlock()
+		if ready != "" && subscribed {
+			return ready, nil
+		}
 		select {
 		case <-ctx.Done():
 			return "", errors.New("the tour did not complete in time")
@@ -170,11 +173,9 @@ func (n *narrator) waitReady(ctx context.Context, skip string, viewer bool) (str
 			if id != skip {
 				ready = id
 			}
-		case <-n.subscribed:
-			subscribed = true
+		case <-n.wake:
 		}
 	}
-	return ready, nil
 }
 
 // waitSubscribedAgain waits until the viewer and the CV worker have both told a subscription after
