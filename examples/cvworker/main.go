@@ -23,28 +23,24 @@ func main() {
 	conn := internal.ConnFlags("dev")
 	service := flag.String("service", "cv-a", "service id: the worker reads service/<id>")
 	workerID := flag.String("worker-id", fmt.Sprintf("cv-%d", os.Getpid()), "worker id")
-	healthAddr := flag.String("health-listen", "127.0.0.1:9096", "HTTP address of /healthz, /readyz and /metrics (empty: none)")
+	healthAddr := internal.HealthFlag("127.0.0.1:9096")
 	internal.ParseFlags()
 	internal.CheckWorkerFlags(*workerID, service)
 	internal.CheckConnFlags(conn)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	health := internal.ListenHealth("health-listen", *healthAddr, logger)
+	health := internal.ListenHealth(*healthAddr, logger)
 	nc, err := conn.Dial("cvworker", internal.WaitForNATS(logger)...)
 	if err != nil {
 		logger.Error("connect", "err", err)
 		os.Exit(1)
 	}
 	defer nc.Close()
-	cfg := cv.Config{Conn: nc, Principal: *conn.User, WorkerID: *workerID, Service: *service, Logger: logger,
+	w, err := cv.New(cv.Config{Conn: nc, Principal: *conn.User, WorkerID: *workerID, Service: *service, Logger: logger, Metrics: health.Metrics(),
 		Events: func(kind, intent, detail string) {
 			if kind != "detection" { // detections are logged by the worker itself
 				logger.Info(kind, "intent", intent, "detail", detail)
 			}
-		}}
-	if health != nil {
-		cfg.Metrics = health.Metrics
-	}
-	w, err := cv.New(cfg)
+		}})
 	if err != nil {
 		logger.Error("cvworker", "err", err)
 		os.Exit(1)

@@ -2,6 +2,7 @@ package internal
 
 import (
 	"errors"
+	"flag"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,21 +22,26 @@ import (
 type Health struct {
 	ln       net.Listener
 	registry *prometheus.Registry
-	// Metrics are to be given to the worker's controllers (reconciler.Options.Metrics).
-	Metrics *reconciler.Metrics
+	metrics  *reconciler.Metrics
 }
 
-// ListenHealth listens on addr, first thing, before NATS is waited for: an address taken (another
-// worker's, started with the defaults) ends the process at once (exit 1, naming flag and address),
-// rather than leave it running unprobed while a probe of that address reads another process's
-// health. It returns nil when addr is empty (no endpoint).
-func ListenHealth(flagName, addr string, logger *slog.Logger) *Health {
+// HealthFlag defines the --health-listen flag, the address of a worker's Health (def by default;
+// empty: none).
+func HealthFlag(def string) *string {
+	return flag.String("health-listen", def, "HTTP address of /healthz, /readyz and /metrics (empty: none)")
+}
+
+// ListenHealth listens on addr (HealthFlag's), first thing, before NATS is waited for: an address
+// taken (another worker's, started with the defaults) ends the process at once (exit 1, naming flag
+// and address), rather than leave it running unprobed while a probe of that address reads another
+// process's health. It returns nil when addr is empty (no endpoint).
+func ListenHealth(addr string, logger *slog.Logger) *Health {
 	if addr == "" {
 		return nil
 	}
 	h, err := listenHealth(addr)
 	if err != nil {
-		logger.Error("/healthz, /readyz and /metrics cannot be served", "flag", "--"+flagName, "addr", addr, "err", err)
+		logger.Error("/healthz, /readyz and /metrics cannot be served", "flag", "--health-listen", "addr", addr, "err", err)
 		os.Exit(1)
 	}
 	return h
@@ -52,7 +58,16 @@ func listenHealth(addr string) (*Health, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Health{ln: ln, registry: reg, Metrics: m}, nil
+	return &Health{ln: ln, registry: reg, metrics: m}, nil
+}
+
+// Metrics are the metrics to give the worker's controllers (reconciler.Options.Metrics): nil on a
+// nil Health, which serves none.
+func (h *Health) Metrics() *reconciler.Metrics {
+	if h == nil {
+		return nil
+	}
+	return h.metrics
 }
 
 // Addr is the address the endpoint listens on.

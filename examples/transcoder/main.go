@@ -29,7 +29,7 @@ func main() {
 	host, _ := os.Hostname()
 	workerID := flag.String("worker-id", fmt.Sprintf("tx-%d", os.Getpid()), "worker id ([A-Za-z0-9_-]{1,64}) on "+host)
 	ttl := flag.Duration("lease-ttl", 5*time.Second, "lease TTL: how long a standby waits after this worker dies")
-	healthAddr := flag.String("health-listen", "", "HTTP address of /healthz, /readyz and /metrics (empty: none)")
+	healthAddr := internal.HealthFlag("")
 	internal.ParseFlags()
 	internal.CheckWorkerFlags(*workerID, service)
 	internal.CheckConnFlags(conn)
@@ -40,21 +40,17 @@ func main() {
 		internal.UsageError("--lease-ttl %v is outside %v to %v", *ttl, lease.MinTTL, lease.MaxTTL)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	health := internal.ListenHealth("health-listen", *healthAddr, logger)
+	health := internal.ListenHealth(*healthAddr, logger)
 	nc, err := conn.Dial("transcoder", internal.WaitForNATS(logger)...)
 	if err != nil {
 		logger.Error("connect", "err", err)
 		os.Exit(1)
 	}
 	defer nc.Close()
-	cfg := transcode.Config{Conn: nc, Principal: *conn.User, WorkerID: *workerID, Service: *service, LeaseTTL: *ttl,
+	t, err := transcode.New(transcode.Config{Conn: nc, Principal: *conn.User, WorkerID: *workerID, Service: *service, LeaseTTL: *ttl, Metrics: health.Metrics(),
 		Logger: logger, Events: func(e transcode.Event) {
 			logger.Info(e.Kind, "worker", e.WorkerID, "intent", e.Intent, "detail", e.Detail)
-		}}
-	if health != nil {
-		cfg.Metrics = health.Metrics
-	}
-	t, err := transcode.New(cfg)
+		}})
 	if err != nil {
 		logger.Error("transcoder", "err", err)
 		os.Exit(1)

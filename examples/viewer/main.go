@@ -30,7 +30,7 @@ func main() {
 	kind := flag.String("kind", "video", "media kind")
 	variant := flag.String("variant", "browser-h264-720p", "the variant to watch")
 	workerID := flag.String("worker-id", fmt.Sprintf("viewer-%d", os.Getpid()), "worker id (two viewers of one principal need two)")
-	healthAddr := flag.String("health-listen", "", "HTTP address of /healthz, /readyz and /metrics (empty: none)")
+	healthAddr := internal.HealthFlag("")
 	internal.ParseFlags()
 	internal.CheckWorkerFlags(*workerID, nil)
 	internal.CheckConnFlags(conn)
@@ -38,19 +38,15 @@ func main() {
 		internal.UsageError("%v", err)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	health := internal.ListenHealth("health-listen", *healthAddr, logger)
+	health := internal.ListenHealth(*healthAddr, logger)
 	nc, err := conn.Dial("viewer", internal.WaitForNATS(logger)...)
 	if err != nil {
 		logger.Error("connect", "err", err)
 		os.Exit(1)
 	}
 	defer nc.Close()
-	cfg := view.Config{Conn: nc, Principal: *conn.User, WorkerID: *workerID, Logger: logger,
-		Events: func(kind, intent, detail string) { logger.Info(kind, "intent", intent, "detail", detail) }}
-	if health != nil {
-		cfg.Metrics = health.Metrics
-	}
-	v, err := view.New(cfg)
+	v, err := view.New(view.Config{Conn: nc, Principal: *conn.User, WorkerID: *workerID, Logger: logger, Metrics: health.Metrics(),
+		Events: func(kind, intent, detail string) { logger.Info(kind, "intent", intent, "detail", detail) }})
 	if err != nil {
 		logger.Error("viewer", "err", err)
 		os.Exit(1)
