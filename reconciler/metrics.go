@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -155,14 +154,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.wait.Collect(ch)
 	m.retries.Collect(ch)
 	m.mu.Lock()
-	names := slices.Sorted(maps.Keys(m.controllers))
-	ctrls := make([]*Controller, len(names))
-	for i, n := range names {
-		ctrls[i] = m.controllers[n]
-	}
+	ctrls := maps.Clone(m.controllers) // the registry orders what it gathers
 	m.mu.Unlock()
-	for i, c := range ctrls {
-		name := names[i]
+	for name, c := range ctrls {
 		ready, scheduled, active := c.q.sizes()
 		following, resyncs, revision := 0.0, 0.0, 0.0
 		if k := c.Cache(); k != nil {
