@@ -516,6 +516,18 @@ func (s *Store) DropWatch(ref WatchRef) bool {
 	return true
 }
 
+// WithWatchRef calls f with whether the registration ref names is still live, holding the watch
+// registry's lock: while f runs, nothing is sent to the registration's sink and nobody removes or closes
+// it. A transport that holds a watch's messages until its snapshot reply is out decides there whether to
+// send them: a registration its client has unwatched since (and maybe watched again, under the same id)
+// must send nothing more. f must not block and must not call the Store, as a Sink.
+func (s *Store) WithWatchRef(ref WatchRef, f func(live bool)) {
+	r := &s.watches
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(r.refLocked(ref) != nil)
+}
+
 // refLocked returns the live registration ref names, or nil.
 func (r *registry) refLocked(ref WatchRef) *watch {
 	w := r.byID[watchKey{principal: ref.Principal, id: ref.WatchID}]

@@ -1130,7 +1130,15 @@ func (s *Server) watch(ctx context.Context, p policy.Principal, r wire.WatchRequ
 			g.openClosed()
 			return
 		}
-		g.open()
+		// The client has the reply, and may have unwatched this registration since and watched the id
+		// again: the updates held for it must not then reach the new one, which shares its subject.
+		s.st.WithWatchRef(ref, func(live bool) {
+			if live {
+				g.open()
+			} else {
+				g.openClosed()
+			}
+		})
 	}
 	return r.RequestID, wire.Result{OK: true, Watch: ws}, after
 }
@@ -1194,9 +1202,10 @@ func (g *gate) open() {
 	g.held, g.opened = nil, true
 }
 
-// openClosed opens a gate whose watch is gone (its snapshot reply was not sent): only its closure, if
-// one was held, goes out. The updates held follow a snapshot the client never had, so it could not
-// apply them: sent, they would come before the CLOSED that tells it to start again.
+// openClosed opens a gate whose watch is gone: its snapshot reply was not sent, or it was closed or
+// unwatched before the gate opened. Only its closure, if one was held, goes out. The updates held
+// follow a snapshot the client never had, so it could not apply them: sent, they would come before the
+// CLOSED that tells it to start again; and once it has unwatched, the subject may be a new watch's.
 func (g *gate) openClosed() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
