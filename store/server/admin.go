@@ -192,39 +192,45 @@ func adminError(id int64, err error) wire.AdminResult {
 	return wire.AdminResult{RequestID: id, Error: r.Error}
 }
 
+// admin answers an admin call. Its checks run in the order of SPEC section 5, as every other call's:
+// (0) the store is served, (1) the request's shape, (2) the principal is an admin.
 func (s *Server) admin(op wire.Op, subject string, data []byte) wire.AdminResult {
 	id := wire.RequestIDOf(data)
 	toks, err := wire.SubjectTokens(subject, s.opts.Prefix, "admin.v1", 2)
 	if err != nil {
 		return adminError(id, wire.Errorf(wire.CodeInvalidArgument, "%v", err))
 	}
+	if err := s.st.Unavailable(); err != nil {
+		return adminError(id, wire.Errorf(wire.CodeUnavailable, "state store is not served: %v", err))
+	}
+	var (
+		audit  wire.AuditVerifyRequest
+		backup wire.BackupRequest
+	)
+	switch op {
+	case wire.AdminAuditVerify:
+		err = wire.Decode(data, &audit)
+	case wire.AdminBackup:
+		err = wire.Decode(data, &backup)
+	default:
+		err = wire.Errorf(wire.CodeInvalidArgument, "unknown admin op %q", op)
+	}
+	if err != nil {
+		return adminError(id, err)
+	}
 	p, ok := s.Principal(toks[0])
 	if !ok || !p.Admin {
 		return adminError(id, wire.Errorf(wire.CodePermissionDenied, "principal %q may not use admin operations", toks[0]))
 	}
-	if err := s.st.Unavailable(); err != nil {
-		return adminError(id, wire.Errorf(wire.CodeUnavailable, "state store is not served: %v", err))
+	if op == wire.AdminBackup {
+		return s.backup(p, backup)
 	}
-	switch op {
-	case wire.AdminAuditVerify:
-		var r wire.AuditVerifyRequest
-		if err := wire.Decode(data, &r); err != nil {
-			return adminError(id, err)
-		}
-		rep, err := s.st.VerifyAudit()
-		if err != nil {
-			return adminError(id, err) // UNAVAILABLE, or STORAGE when the database could not be read
-		}
-		return wire.AdminResult{OK: true, Audit: &wire.AuditReport{Records: rep.Records, HeadSeq: rep.HeadSeq, HeadHash: rep.HeadHash,
-			CheckpointSeq: rep.CheckpointSeq, BrokenSeq: rep.BrokenSeq, Problem: rep.Problem, Text: rep.String()}}
-	case wire.AdminBackup:
-		var r wire.BackupRequest
-		if err := wire.Decode(data, &r); err != nil {
-			return adminError(id, err)
-		}
-		return s.backup(p, r)
+	rep, err := s.st.VerifyAudit()
+	if err != nil {
+		return adminError(id, err) // UNAVAILABLE, or STORAGE when the database could not be read
 	}
-	return adminError(id, wire.Errorf(wire.CodeInvalidArgument, "unknown admin op %q", op))
+	return wire.AdminResult{OK: true, Audit: &wire.AuditReport{Records: rep.Records, HeadSeq: rep.HeadSeq, HeadHash: rep.HeadHash,
+		CheckpointSeq: rep.CheckpointSeq, BrokenSeq: rep.BrokenSeq, Problem: rep.Problem, Text: rep.String()}}
 }
 
 func (s *Server) backup(p policy.Principal, r wire.BackupRequest) wire.AdminResult {

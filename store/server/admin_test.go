@@ -90,7 +90,8 @@ func TestAdminBackupAndAudit(t *testing.T) {
 }
 
 // An unavailable store (its file did not validate) answers the admin calls UNAVAILABLE, as every other
-// call, not STORAGE: nothing was refused by a disk.
+// call, not STORAGE: nothing was refused by a disk. Check 0 of SPEC section 5 comes first for admin
+// calls too: a principal that is not an admin is told UNAVAILABLE, as its get is, not PERMISSION_DENIED.
 func TestAdminCallsOfAnUnavailableStore(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "state-store.db"), bytes.Repeat([]byte("garbage!"), 1024), 0o600); err != nil {
@@ -101,12 +102,19 @@ func TestAdminCallsOfAnUnavailableStore(t *testing.T) {
 		t.Fatal("a garbage database file opened")
 	}
 	nc := env.Connect(t, "coordinator")
+	alice := env.Connect(t, "alice")
+	if r := request(t, alice, "alice", wire.OpGet, `{"request_id":1,"namespace":"service/x","key":"k"}`); r.Error == nil || r.Error.Code != wire.CodeUnavailable {
+		t.Fatalf("get of an unavailable store by alice: %+v", r)
+	}
 	for _, c := range []struct {
 		op   wire.Op
 		body string
 	}{{wire.AdminAuditVerify, `{"request_id":5}`}, {wire.AdminBackup, `{"request_id":6,"step":"open"}`}} {
 		if r := admin(t, nc, "coordinator", c.op, c.body); r.OK || r.Error == nil || r.Error.Code != wire.CodeUnavailable {
 			t.Errorf("%s of an unavailable store: %+v, want UNAVAILABLE", c.op, r)
+		}
+		if r := admin(t, alice, "alice", c.op, c.body); r.OK || r.Error == nil || r.Error.Code != wire.CodeUnavailable {
+			t.Errorf("%s of an unavailable store by a principal that is not an admin: %+v, want UNAVAILABLE", c.op, r)
 		}
 	}
 }
