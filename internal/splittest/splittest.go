@@ -147,12 +147,15 @@ type Partition struct {
 // Partitions are the two ways a route parts: cut (interest gone at once) and frozen (silence).
 var Partitions = []Partition{{"cut", (*Env).Cut}, {"frozen", (*Env).Freeze}}
 
-// RetryLog is a slog.Handler that signals on Retries, without blocking, each record a client Cache
-// logs when a re-watch attempt failed and it will try again. Make it with NewRetryLog.
-type RetryLog struct{ Retries chan struct{} }
+// RetryLog is a slog.Handler that signals, without blocking, the records a client Cache logs when it
+// gives up its watch to snapshot again (on Resyncs) and when a re-watch attempt failed and it will try
+// again (on Retries). Make it with NewRetryLog.
+type RetryLog struct{ Resyncs, Retries chan struct{} }
 
-// NewRetryLog makes a RetryLog whose channel holds up to 64 signals not yet received.
-func NewRetryLog() RetryLog { return RetryLog{Retries: make(chan struct{}, 64)} }
+// NewRetryLog makes a RetryLog whose channels hold up to 64 signals each not yet received.
+func NewRetryLog() RetryLog {
+	return RetryLog{Resyncs: make(chan struct{}, 64), Retries: make(chan struct{}, 64)}
+}
 
 // Enabled is true: every record is looked at.
 func (h RetryLog) Enabled(context.Context, slog.Level) bool { return true }
@@ -163,13 +166,20 @@ func (h RetryLog) WithAttrs([]slog.Attr) slog.Handler { return h }
 // WithGroup returns h.
 func (h RetryLog) WithGroup(string) slog.Handler { return h }
 
-// Handle signals a failed re-watch's record.
+// Handle signals a resync's and a failed re-watch's records.
 func (h RetryLog) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == "state cache watch failed; retrying" {
-		select {
-		case h.Retries <- struct{}{}:
-		default:
-		}
+	var ch chan struct{}
+	switch r.Message {
+	case "state cache resyncing":
+		ch = h.Resyncs
+	case "state cache watch failed; retrying":
+		ch = h.Retries
+	default:
+		return nil
+	}
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 	return nil
 }

@@ -177,6 +177,7 @@ type Cache struct {
 	ackHold   time.Duration // ackDelay, at most half the server's ack_deadline_ms
 	ackSent   bool          // an ack (or a snapshot) since the last liveness check
 	installed bool          // the first snapshot is in
+	requested bool          // a watch request was sent: shutdown unwatches only then
 }
 
 // NewCache starts a Cache and returns once its first snapshot is installed. Transient failures
@@ -531,7 +532,9 @@ func (k *Cache) shutdown() {
 	// the request timeout, and the watch it registered is then unwatched within another): an unwatch
 	// sent at once could overtake it, and a user who closes the connection once Close returned would
 	// leave its watch registered, with nobody to unwatch it.
-	if k.c.nc.IsClosed() {
+	// No watch request sent, none registered: nothing to unwatch (NewCache's context may have ended
+	// during the first attempt's info, across a partition that would hold an unwatch a request timeout).
+	if k.c.nc.IsClosed() || !k.requested {
 		return
 	}
 	wctx, wcancel := context.WithTimeout(context.Background(), 2*k.c.timeout)
@@ -704,13 +707,15 @@ func (k *Cache) setRevLocked(rev uint64) {
 // first snapshot it gives up on a failure that is not transient; afterwards it retries everything,
 // with backoff, until the cache is closed (its only error then is the context's).
 func (k *Cache) resync(reason string) error {
+	// The watch is given up from here: Following says so before the unwatch, which may take a whole
+	// request timeout (a partition), and before the log line that tells why.
+	k.mu.Lock()
+	k.lapsed = true
+	k.mu.Unlock()
 	if k.installed {
 		k.log.Info("state cache resyncing", "reason", reason)
 	}
 	k.dropIncarnation()
-	k.mu.Lock()
-	k.lapsed = true
-	k.mu.Unlock()
 	defer func() {
 		k.mu.Lock()
 		k.lapsed = !k.installed || k.ctx.Err() != nil || k.c.nc.IsClosed()
@@ -845,6 +850,7 @@ func (k *Cache) attempt() error {
 	if err != nil {
 		return fmt.Errorf("store/client: subscribe to watch %s: %w", k.watchID, err)
 	}
+	k.requested = true
 	ws, err := k.c.watchRequest(k.ctx, wire.WatchRequest{WatchID: k.watchID, Namespace: k.ns, KeyPrefix: k.prefix})
 	if err != nil {
 		_ = sub.Unsubscribe()

@@ -300,3 +300,53 @@ func TestCacheFollowsSoonAfterALongRoutePartition(t *testing.T) {
 	}
 	assertMatchesServer(t, k, near, ns, "k/", r)
 }
+
+// A Cache whose liveness check finds its watch silent across a frozen route gives the watch up, and
+// says so at once: Following is false from the moment it decides to resync, not only once its unwatch
+// (which the frozen route leaves unanswered for a whole request timeout) has ended. A reader that
+// checks Following would otherwise take the last entries for current that long.
+func TestCacheStopsFollowingAsItGivesUpItsWatch(t *testing.T) {
+	e := startSplit(t, nil)
+	far := e.client(t, admin.ID, splittest.Far, WithRequestTimeout(3*time.Second))
+	log := splittest.NewRetryLog()
+	r := newRecorder()
+	k := newCache(t, far, CacheOptions{Namespace: "service/tx", KeyPrefix: "k/", Handlers: r.handlers(),
+		CheckInterval: 100 * time.Millisecond, Logger: slog.New(log)})
+	r.awaitResync(t)
+	defer e.Mend(t) // before the cleanups close the cache
+	e.Freeze(t)
+	select {
+	case <-log.Resyncs:
+	case <-time.After(testTimeout):
+		t.Fatal("the cache never noticed the frozen route")
+	}
+	if k.Following() {
+		t.Fatal("the cache gave up its watch and still says it follows")
+	}
+}
+
+// NewCache's context bounds its wait for the first snapshot, even when the state server answers
+// nothing (a frozen route): the info request that starts the first attempt ends with the context, and
+// closing the cache then sends no unwatch, as no watch was ever requested; before, that unwatch held
+// NewCache a whole request timeout past its context.
+func TestNewCacheEndsWithItsContextAcrossAFrozenRoute(t *testing.T) {
+	e := startSplit(t, nil)
+	const timeout = 20 * time.Second
+	far := e.client(t, admin.ID, splittest.Far, WithRequestTimeout(timeout))
+	defer e.Mend(t)
+	e.Freeze(t)
+	ctx, cancel := context.WithTimeout(ctxT(t), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	k, err := far.NewCache(ctx, CacheOptions{Namespace: "service/tx"})
+	took := time.Since(start)
+	if k != nil {
+		_ = k.Close()
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("NewCache: %v, want its context's deadline", err)
+	}
+	if took > timeout/2 {
+		t.Fatalf("NewCache with a context of 300 ms returned after %v (request timeout %v)", took, timeout)
+	}
+}
