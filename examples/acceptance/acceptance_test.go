@@ -55,7 +55,7 @@ func TestAcceptance(t *testing.T) {
 // scenario1: two writers cannot overwrite one orchestration key when their CAS revisions differ.
 func scenario1(t *testing.T, e *env) {
 	const ns = "service/s1"
-	ctx := bounded(t)
+	ctx := scenario(t)
 	key := intentKey("s1-door", "s1-720p")
 	writers := []*client.Client{e.admin, newClient(t, e.stated, "transcoder-a")}
 	doc := func(writer string, round int) json.RawMessage {
@@ -216,7 +216,7 @@ func nth(tb testing.TB, rec *recorder[wire.WatchMessage], i int, what string) st
 // scenario2: a lease expiry reaches every active watcher as one ordered EXPIRE.
 func scenario2(t *testing.T, e *env) {
 	const ns, key = "service/s2", "leases/s2-front-door"
-	ctx := bounded(t)
+	ctx := scenario(t)
 	leaseDoc := func(n int) json.RawMessage {
 		return json.RawMessage(fmt.Sprintf(`{"holder":"s2-holder","claimed_at_ms":1,"renewed_at_ms":%d}`, n))
 	}
@@ -307,7 +307,7 @@ func scenario2(t *testing.T, e *env) {
 // never neither or both.
 func scenario3(t *testing.T, e *env) {
 	const ns, rounds = "service/s3", 100
-	ctx := bounded(t)
+	ctx := scenario(t)
 	writer := newClient(t, e.stated, "transcoder-a")
 	doc := json.RawMessage(`{"holder":"s3-writer","claimed_at_ms":1}`)
 	inSnapshot, asUpdate := 0, 0
@@ -413,7 +413,7 @@ func scenario3(t *testing.T, e *env) {
 func scenario4(t *testing.T, e *env) {
 	const service, source, variant = "s4-tx", "s4-door", "s4-720p"
 	ns := "service/" + service
-	ctx := bounded(t)
+	ctx := scenario(t)
 	ev := newRecorder[transcode.Event]()
 	startTranscoder(t, e.stated, "tx-s4", service, 5*time.Second, ev)
 
@@ -637,7 +637,7 @@ type viewEvent struct{ Kind, Intent, Detail string }
 func scenario5(t *testing.T, e *env) {
 	const service, source, variant = "s5-tx", "s5-door", "s5-720p"
 	const userNS = "user/viewer-1"
-	ctx := bounded(t)
+	ctx := scenario(t)
 
 	// The test's own view of the capabilities, and of the viewer's observed status.
 	tracker := capabilities.NewTracker(e.adminConn, capabilities.TrackerOptions{Logger: discard})
@@ -750,7 +750,7 @@ func scenario5(t *testing.T, e *env) {
 func scenario6(t *testing.T, e *env) {
 	const group, service, source = "group/g1", "transcoder-a", "s6-door"
 	svcNS := "service/" + service
-	ctx := bounded(t)
+	ctx := scenario(t)
 	gcClient := newClient(t, e.stated, "group-client")
 	gc, err := coordinator.New(gcClient)
 	if err != nil {
@@ -848,7 +848,7 @@ func scenario6(t *testing.T, e *env) {
 // are rejected and change nothing.
 func scenario7(t *testing.T, e *env) {
 	const svc = "service/s7"
-	ctx := bounded(t)
+	ctx := scenario(t)
 	mallory := newClient(t, e.stated, "mallory")
 	intent := func(params string) json.RawMessage {
 		d := `{"role":"publish","desired":true,"source_id":"s7-door","media_kind":"video","variant_id":"s7-720p","recording_mode":"disabled"`
@@ -983,7 +983,7 @@ func scenario7(t *testing.T, e *env) {
 func failover(t *testing.T, e *env) {
 	const service, source, variant, ttl = "fo-tx", "fo-door", "fo-720p", 2 * time.Second
 	ns := "service/" + service
-	ctx := bounded(t)
+	ctx := scenario(t)
 	key := intentKey(source, variant)
 	leaseKey := transcode.LeaseKey(reconciler.MediaIntent{SourceID: source, MediaKind: coordinator.MediaKindVideo, VariantID: variant})
 	// A viewer watches the output: it must follow the publication to its new publisher.

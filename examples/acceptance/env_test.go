@@ -145,6 +145,18 @@ func bounded(tb testing.TB) context.Context {
 	return ctx
 }
 
+// scenarioTimeout bounds the requests of a whole scenario: its waits for events have bounds of their own
+// (waitTimeout each), and the requests between them, taken together, need not fit in one of those on a
+// loaded machine.
+const scenarioTimeout = 3 * time.Minute
+
+// scenario returns a context for the requests of a whole scenario.
+func scenario(tb testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
 // stamped is a recorded item and when it was recorded.
 type stamped[T any] struct {
 	At time.Time

@@ -63,7 +63,6 @@ func startTranscoderProcess(tb testing.TB, e *env, workerID, service string, ttl
 // workers' heartbeat entries, and the media server's own record.
 func failoverSIGKILL(t *testing.T, e *env) {
 	const source, variant, ttl = "fk-door", "fk-720p", 2 * time.Second
-	ctx := bounded(t)
 	f := startFailover(t, e, "fk", source, variant, ttl)
 	ns, key, leaseKey, statusKey, state, workers, procs, logs, activeBy := f.ns, f.key, f.leaseKey, f.statusKey, f.state, f.workers, f.procs, f.logs, f.activeBy
 	intent, holder, standby, oldPublication := f.intent, f.holder, f.standby, f.oldPublication
@@ -167,6 +166,7 @@ func failoverSIGKILL(t *testing.T, e *env) {
 	}
 
 	// The killed holder's fencing token no longer writes; the intent is as the coordinator wrote it.
+	ctx := bounded(t) // for this step: the waits before it have bounds of their own
 	_, err = e.admin.Put(ctx, wire.PutRequest{Namespace: ns, Key: statusKey, Schema: statusSchema,
 		Document: reconciler.ObservedStatus{SubjectKey: key, State: reconciler.StateActive, ObservedAtMs: time.Now().UnixMilli(),
 			Holder: holder, PublicationID: oldPublication}.Document(),
@@ -185,7 +185,6 @@ func failoverSIGKILL(t *testing.T, e *env) {
 // commits, and it must come to stand by, while the standby's publication stays the only one.
 func failoverSIGSTOP(t *testing.T, e *env) {
 	const source, variant, ttl = "fs-door", "fs-720p", 2 * time.Second
-	ctx := bounded(t)
 	f := startFailover(t, e, "fs", source, variant, ttl)
 	ns, leaseKey, statusKey, state, workers, procs, logs, activeBy := f.ns, f.leaseKey, f.statusKey, f.state, f.workers, f.procs, f.logs, f.activeBy
 	holder, standby, oldPublication := f.holder, f.standby, f.oldPublication
@@ -224,6 +223,7 @@ func failoverSIGSTOP(t *testing.T, e *env) {
 	})
 	// And a barrier after whatever it sent on waking: a write of ours to the namespace, then the
 	// standby's next renewal (a renewal every TTL/3 proves the standby still holds).
+	ctx := bounded(t) // for the steps from here: the waits before have bounds of their own
 	bar, err := e.admin.Put(ctx, wire.PutRequest{Namespace: ns, Key: "barrier", Schema: leaseSchema,
 		Document: json.RawMessage(`{"holder":"barrier","claimed_at_ms":1}`)})
 	if err != nil {
