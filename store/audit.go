@@ -104,6 +104,20 @@ type auditHead struct {
 	Hash string `json:"hash"`
 }
 
+// chain links rec after h, the chain's last record: it sets rec's sequence, previous hash and hash, and
+// returns rec and the chain's new head.
+func (h auditHead) chain(rec auditRecord) (auditRecord, auditHead) {
+	rec.Seq, rec.PrevHash = h.Seq+1, h.Hash
+	rec.Hash = rec.computeHash()
+	return rec, auditHead{Seq: rec.Seq, Hash: rec.Hash}
+}
+
+// documentDigest is a document's digest in its put's audit record: its SHA-256, in hex.
+func documentDigest(doc []byte) string {
+	sum := sha256.Sum256(doc)
+	return hex.EncodeToString(sum[:])
+}
+
 // auditCheckpoint stands for the pruned prefix of the chain: the sequence and hash of the last pruned
 // record. The first kept record must carry Hash as its prev_hash. Retention rule: the store keeps the
 // newest Options.AuditRetention records; when the log grows auditPruneSlack past that, the oldest are

@@ -2,8 +2,6 @@ package store
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -185,12 +183,6 @@ func TestAuditVerifyFindsTampering(t *testing.T) {
 			}
 		})
 	}
-}
-
-// documentDigest is the hex SHA-256 of a compact document, as an audit record carries it.
-func documentDigest(doc []byte) string {
-	sum := sha256.Sum256(doc)
-	return hex.EncodeToString(sum[:])
 }
 
 // The audit encoder writes exactly what encoding/json writes for a record (hashes of records written

@@ -732,13 +732,12 @@ func (s *Store) persist(st *stage) error {
 		if op.kind == changeTouch {
 			continue // a keepalive is not an audited mutation
 		}
-		rec := auditRecord{Seq: head.Seq + 1, AtMs: st.now, Principal: op.principal, Op: op.kind.String(),
-			Namespace: op.ns, Key: op.key, Revision: op.revision, PrevHash: head.Hash}
+		rec := auditRecord{AtMs: st.now, Principal: op.principal, Op: op.kind.String(),
+			Namespace: op.ns, Key: op.key, Revision: op.revision}
 		if op.kind == changePut {
 			rec.DocumentSHA256 = op.digest
 		}
-		rec.Hash = rec.computeHash()
-		head = auditHead{Seq: rec.Seq, Hash: rec.Hash}
+		rec, head = head.chain(rec)
 		bt.audit = append(bt.audit, rec)
 	}
 	saved, err := s.saveSettings(st)

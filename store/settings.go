@@ -1,11 +1,13 @@
 package store
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -38,8 +40,8 @@ type SettingsState struct {
 // the file was kept or lowered; an entry removed (or gone with a namespace no longer declared) is a
 // delete, which advances the namespace's revision; an unchanged entry keeps the revision it was served
 // at; revisions never go back. While the store runs, watchers get each change as an ordinary update
-// and each is audited (SettingsFilePrincipal); at Open, nobody watches yet, and the changes are logged
-// only. For that the database records, with each settings write, the revision and a digest of every
+// and each is audited (SettingsFilePrincipal); at Open, nobody watches yet, and the changes are
+// audited the same way and logged. For that the database records, with each settings write, the revision and a digest of every
 // entry it served (see planSettings for the exact rules). A state that does not load, or holds an entry
 // the store would not serve, is refused with the reason: a reload then changes nothing, and a write to
 // the namespace answers STORAGE, changing nothing, until it is put right.
@@ -170,9 +172,12 @@ type settingsEdit struct {
 
 // settingsPlan is what a settings file changes in its namespace (see planSettings).
 type settingsPlan struct {
-	revision uint64                  // the namespace's revision once the edits are served
-	edits    []settingsEdit          // the changes, in revision order
-	record   map[string]*servedEntry // what the store serves from the file once they are
+	revision uint64         // the namespace's revision once the edits are served
+	edits    []settingsEdit // the changes, in revision order
+	// found are the entries served at the revisions the file gives them, above every one served (at
+	// Open only: a write cut short, or an edit by hand that raised the revisions), in revision order.
+	found  []settingsEdit
+	record map[string]*servedEntry // what the store serves from the file once they are
 }
 
 // planSettings compares a settings-backed namespace's file with what the store served from it, and
@@ -239,6 +244,9 @@ func planSettings(ns string, file []*wire.Entry, fileRev, floor uint64, served m
 			}
 			if atOpen && (e.Revision > floor || !known) {
 				plan.record[key] = &servedEntry{Revision: e.Revision, SHA256: d}
+				if known {
+					plan.found = append(plan.found, settingsEdit{key: key, entry: e, revision: e.Revision, fileRevision: e.Revision})
+				}
 				continue // never served, or nothing served is known
 			}
 		}
@@ -256,6 +264,7 @@ func planSettings(ns string, file []*wire.Entry, fileRev, floor uint64, served m
 		plan.edits = append(plan.edits, edit)
 	}
 	plan.revision = next
+	slices.SortStableFunc(plan.found, func(a, b settingsEdit) int { return cmp.Compare(a.revision, b.revision) })
 	// While the store runs, the changes are puts and deletes like a client's, and held to the rule a
 	// put is (revisionRoom): once they are served, every entry can still be removed, each delete at a
 	// revision up to 2^53-1. Deletes keep revision + entries as it was; a put raises it.
@@ -279,10 +288,20 @@ func planSettings(ns string, file []*wire.Entry, fileRev, floor uint64, served m
 // The file is not rewritten: the database records the revisions given, and the next write to the
 // namespace puts them in the file. A namespace written in the database since its record (not
 // declared settings-backed for a while) has every entry at F or below treated as changed. Changes
-// found here have no audit record and no watcher (none is registered before Open returns); the store
-// logs a warning for each.
+// found here reach no watcher (none is registered before Open returns); each is audited, as a reload's
+// (principal SettingsFilePrincipal), in the transaction that records it, and logged as a warning.
 func (s *Store) reconcileSettings(ld *loaded, fileRevs map[string]uint64) error {
 	bt := &batch{namespaces: map[string]nsCounter{}, totalBytes: s.dbBytes, settings: map[string]*settingsChange{}}
+	head, now := s.audit, s.nowMs()
+	audit := func(kind changeKind, ns, key string, rev uint64, doc []byte) {
+		rec := auditRecord{AtMs: now, Principal: SettingsFilePrincipal, Op: kind.String(), Namespace: ns, Key: key, Revision: rev}
+		if kind == changePut {
+			rec.DocumentSHA256 = documentDigest(doc)
+		}
+		var r auditRecord
+		r, head = head.chain(rec)
+		bt.audit = append(bt.audit, r)
+	}
 	names := make([]string, 0, len(s.opts.Settings))
 	for ns := range s.opts.Settings {
 		names = append(names, ns)
@@ -294,7 +313,7 @@ func (s *Store) reconcileSettings(ld *loaded, fileRevs map[string]uint64) error 
 		if ls := ld.spaces[ns]; ls != nil {
 			floor = ls.revision
 			if fileRevs[ns] > floor {
-				s.opts.Logger.Warn("a settings namespace's file is ahead of the database: changes made to the file outside the store, or a write cut short by a crash after the file was written, have no audit record",
+				s.opts.Logger.Warn("a settings namespace's file is ahead of the database: changes made to the file outside the store, or a write cut short by a crash after the file was written, are audited as the settings file's",
 					"namespace", ns, "file_revision", fileRevs[ns], "recorded_revision", floor)
 			}
 		}
@@ -311,13 +330,20 @@ func (s *Store) reconcileSettings(ld *loaded, fileRevs map[string]uint64) error 
 		if err != nil {
 			return err
 		}
+		for _, ed := range plan.found {
+			s.opts.Logger.Warn("a settings entry in the file was never served: it is served at the revision the file gives it",
+				"namespace", ns, "key", ed.key, "revision", ed.revision)
+			audit(changePut, ns, ed.key, ed.revision, ed.entry.Document)
+		}
 		for _, ed := range plan.edits {
 			if ed.entry == nil {
 				s.opts.Logger.Warn("a settings entry was removed from the file outside the store: the namespace's revision advances for it",
 					"namespace", ns, "key", ed.key, "revision", ed.revision)
+				audit(changeDelete, ns, ed.key, ed.revision, nil)
 			} else {
 				s.opts.Logger.Warn("a settings entry was changed in the file outside the store: it is served at a new revision",
 					"namespace", ns, "key", ed.key, "file_revision", ed.fileRevision, "revision", ed.revision)
+				audit(changePut, ns, ed.key, ed.revision, ed.entry.Document)
 			}
 		}
 		sp.revision = plan.revision
@@ -330,7 +356,8 @@ func (s *Store) reconcileSettings(ld *loaded, fileRevs map[string]uint64) error 
 	// A namespace no longer settings-backed (its section removed from the file, or no longer
 	// declared) lost its entries with the file: each is a delete, as for an entry removed by hand,
 	// unless the namespace was written in the database since (its revision then moved past them).
-	for ns, rec := range ld.settings {
+	for _, ns := range slices.Sorted(maps.Keys(ld.settings)) {
+		rec := ld.settings[ns]
 		if _, declared := s.opts.Settings[ns]; declared || len(rec.entries) == 0 {
 			continue
 		}
@@ -345,6 +372,9 @@ func (s *Store) reconcileSettings(ld *loaded, fileRevs map[string]uint64) error 
 		next := ls.revision + gone
 		s.opts.Logger.Warn("a namespace is no longer settings-backed: its entries are gone with the file, and its revision advances for them",
 			"namespace", ns, "entries", gone, "revision", next)
+		for i, key := range slices.Sorted(maps.Keys(rec.entries)) {
+			audit(changeDelete, ns, key, ls.revision+1+uint64(i), nil)
+		}
 		s.space(ns).revision = next
 		bt.namespaces[ns] = nsCounter{Revision: next}
 		bt.settings[ns] = &settingsChange{revision: next, entries: map[string]*servedEntry{}, replace: true}
@@ -352,7 +382,11 @@ func (s *Store) reconcileSettings(ld *loaded, fileRevs map[string]uint64) error 
 	if len(bt.namespaces) == 0 {
 		return nil
 	}
-	return s.be.commit(bt)
+	if err := s.be.commit(bt); err != nil {
+		return err
+	}
+	s.audit = head
+	return nil
 }
 
 // sameRecord reports whether the database's record of a namespace's entries is want.

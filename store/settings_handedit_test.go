@@ -2,6 +2,8 @@ package store
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -376,4 +378,70 @@ func TestRestoreKeepsSettingsRevisions(t *testing.T) {
 	if err != nil || r.Revision != 4 || len(r.Entries) != 1 || r.Entries[0].Key != "b" || r.Entries[0].Revision != 3 {
 		t.Fatalf("after the restore: %+v %v, want revision 4 and b at 3", r, err)
 	}
+}
+
+// Changes found in a settings file at Open are committed mutations like those a reload finds (SPEC
+// section 10): each has its audit record, the settings file's, in the transaction that gives it its
+// revision, with the document's digest for a put; and so has each entry of a namespace no longer
+// declared, gone with its file. The chain stays intact.
+func TestSettingsChangesFoundAtOpenAreAudited(t *testing.T) {
+	const ns = "user/alice"
+	s, cfg, path := openSettingsT(t, ns)
+	mustPut(t, s, alice, prefsPut(ns, "a", "ui"))
+	mustPut(t, s, alice, prefsPut(ns, "b", "tv"))
+	mustPut(t, s, alice, prefsPut(ns, "c", "radio"))
+	head := s.audit.Seq
+	s.Close()
+
+	editSettings(t, cfg, ns, func(st *SettingsState) {
+		st.Entries[0].Document = []byte(`{"kind":"edited"}`) // a, its revision (1) kept
+		d := st.Entries[2]                                   // c, copied as d at revision 2
+		d.Key, d.Revision, d.Document = "d", 2, []byte(`{"kind":"new"}`)
+		st.Entries = append([]wire.Entry{st.Entries[0], st.Entries[2]}, d) // b removed
+	})
+	type rec struct {
+		op, key string
+		rev     uint64
+		doc     string
+	}
+	check := func(s *Store, from uint64, want []rec) {
+		t.Helper()
+		recs := auditTail(t, s, from)
+		if len(recs) != len(want) {
+			t.Fatalf("%d audit records from %d, want %d: %+v", len(recs), from, len(want), recs)
+		}
+		for i, r := range recs {
+			w := want[i]
+			digest := ""
+			if w.doc != "" {
+				sum := sha256.Sum256([]byte(w.doc))
+				digest = hex.EncodeToString(sum[:])
+			}
+			if r.Principal != SettingsFilePrincipal || r.Namespace != ns || r.Op != w.op || r.Key != w.key || r.Revision != w.rev || r.DocumentSHA256 != digest {
+				t.Fatalf("audit record %d: %+v, want %s's %s of %s at %d (document %s)", i, r, SettingsFilePrincipal, w.op, w.key, w.rev, w.doc)
+			}
+		}
+		if rep, err := s.VerifyAudit(); err != nil || !rep.OK() || rep.HeadSeq != from-1+uint64(len(want)) {
+			t.Fatalf("audit: %+v %v", rep, err)
+		}
+	}
+	s = openAt(t, path, settingsOpts(cfg, ns))
+	if a := getT(t, s, ns, "a"); a.Revision != 4 {
+		t.Fatalf("a, edited, at revision %d, want 4", a.Revision)
+	}
+	check(s, head+1, []rec{{"put", "a", 4, `{"kind":"edited"}`}, {"delete", "b", 5, ""}, {"put", "d", 6, `{"kind":"new"}`}})
+	s.Close()
+
+	// A restart that finds nothing new audits nothing.
+	s = openAt(t, path, settingsOpts(cfg, ns))
+	check(s, head+1, []rec{{"put", "a", 4, `{"kind":"edited"}`}, {"delete", "b", 5, ""}, {"put", "d", 6, `{"kind":"new"}`}})
+	s.Close()
+
+	// The namespace no longer declared: its three entries are gone, each a delete, in key order.
+	s = openAt(t, path, DefaultOptions())
+	if r := nsRevision(t, s, ns); r != 9 {
+		t.Fatalf("the namespace no longer declared at revision %d, want 9", r)
+	}
+	check(s, head+4, []rec{{"delete", "a", 7, ""}, {"delete", "c", 8, ""}, {"delete", "d", 9, ""}})
+	s.Close()
 }

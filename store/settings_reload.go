@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"slices"
 	"strconv"
@@ -12,9 +10,9 @@ import (
 )
 
 // SettingsFilePrincipal is the principal of the audit records of changes the store found in a
-// settings file while it ran (ReloadSettings, or a write that found its namespace's file edited): the
-// file's, not any principal's, so it is not a valid principal id (SPEC section 1) and no principal
-// can be mistaken for it. The entries keep the owner the file gives them.
+// settings file: at Open, and while it runs (ReloadSettings, or a write that found its namespace's file
+// edited). It is the file's, not any principal's, so it is not a valid principal id (SPEC section 1)
+// and no principal can be mistaken for it. The entries keep the owner the file gives them.
 const SettingsFilePrincipal = "(settings file)"
 
 // SettingsChange is one change the store found in a settings file and now serves: a PUT of Key at
@@ -169,8 +167,7 @@ func (st *stage) stageReloads(reloads map[string]*settingsReload) {
 			n.revision = ed.revision
 			op := stagedOp{kind: changeDelete, ns: ns, key: ed.key, revision: ed.revision, principal: SettingsFilePrincipal}
 			if ed.entry != nil {
-				sum := sha256.Sum256(ed.entry.Document)
-				op.kind, op.entry, op.json, op.digest = changePut, ed.entry, encodeEntry(ed.entry), hex.EncodeToString(sum[:])
+				op.kind, op.entry, op.json, op.digest = changePut, ed.entry, encodeEntry(ed.entry), documentDigest(ed.entry.Document)
 			}
 			st.ops = append(st.ops, op)
 		}

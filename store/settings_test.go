@@ -131,8 +131,8 @@ func TestSettingsSaveFailureIsStorage(t *testing.T) {
 }
 
 // A settings file ahead of the database's record (edited by hand, or a write cut short by a crash
-// between the file and the database) is served as the file says, with a warning that those changes
-// have no audit record.
+// between the file and the database) is served as the file says, with a warning; its changes, which no
+// write committed, are audited as the settings file's.
 func TestSettingsFileAheadOfTheDatabaseIsReported(t *testing.T) {
 	const ns = "user/alice"
 	cfg := filepath.Join(t.TempDir(), "stated.toml")
@@ -155,8 +155,12 @@ func TestSettingsFileAheadOfTheDatabaseIsReported(t *testing.T) {
 	var logs bytes.Buffer
 	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	s2 := openAt(t, path, opts)
-	if !strings.Contains(logs.String(), "no audit record") || !strings.Contains(logs.String(), "file_revision=2 recorded_revision=1") {
+	if !strings.Contains(logs.String(), "audited as the settings file's") || !strings.Contains(logs.String(), "file_revision=2 recorded_revision=1") {
 		t.Fatalf("no warning of the file ahead of the database; logs:\n%s", logs.String())
+	}
+	if recs := auditTail(t, s2, 2); len(recs) != 1 || recs[0].Principal != SettingsFilePrincipal || recs[0].Op != "put" ||
+		recs[0].Key != "by-hand" || recs[0].Revision != 2 {
+		t.Fatalf("audit records after the write's: %+v, want the settings file's put of by-hand at 2", recs)
 	}
 	if r := nsRevision(t, s2, ns); r != 2 {
 		t.Fatalf("namespace revision %d, want the file's 2", r)
