@@ -95,10 +95,19 @@ func TestRunUsageInProcess(t *testing.T) {
 		// A flag value the server would refuse whatever the entry is a usage error naming the flag (exit
 		// 2), not the server's INVALID_ARGUMENT (exit 1) about expected_revision or the guard.
 		{[]string{"put", "a", "b", "c", "--expect-revision", "-1"}, 2, "", `statectl: USAGE: put: invalid value "-1" for flag -expect-revision: -1 is negative`},
-		{[]string{"delete", "a", "b", "--expect-revision", "99999999999999999999"}, 2, "", `for flag -expect-revision: 99999999999999999999 is out of range`},
+		{[]string{"delete", "a", "b", "--expect-revision", "99999999999999999999"}, 2, "", `for flag -expect-revision: 99999999999999999999 is above 2^53-1, the largest revision`},
+		{[]string{"put", "a", "b", "c", "--expect-revision", "9007199254740992"}, 2, "", `for flag -expect-revision: 9007199254740992 is above 2^53-1, the largest revision`},
 		{[]string{"delete", "a", "b", "--expect-revision", "0"}, 2, "", `statectl: USAGE: delete: --expect-revision 0 (create only) has no meaning for a delete: give the entry's revision`},
 		{[]string{"delete", "a", "b", "--guard", "k=0"}, 2, "", `statectl: USAGE: --guard "k=0": the revision must be at least 1`},
-		{[]string{"put", "a", "b", "c", "--guard", "k=99999999999999999999"}, 2, "", `statectl: USAGE: --guard "k=99999999999999999999": revision 99999999999999999999 is out of range`},
+		{[]string{"put", "a", "b", "c", "--guard", "k=99999999999999999999"}, 2, "", `statectl: USAGE: --guard "k=99999999999999999999": revision 99999999999999999999 is above 2^53-1`},
+		{[]string{"delete", "a", "b", "--guard", "k=9007199254740992"}, 2, "", `statectl: USAGE: --guard "k=9007199254740992": revision 9007199254740992 is above 2^53-1`},
+		// A flag given empty (a script's unset variable) is refused, never taken for no flag: an
+		// empty --guard wrote unfenced, an empty --ttl removed the entry's lease.
+		{[]string{"put", "a", "b", "c", "--guard", ""}, 2, "", `statectl: USAGE: --guard "" is not KEY=REV`},
+		{[]string{"delete", "a", "b", "--guard", ""}, 2, "", `statectl: USAGE: --guard "" is not KEY=REV`},
+		{[]string{"put", "a", "b", "c", "--ttl", ""}, 2, "", `statectl: USAGE: --ttl "" is neither a duration (30s) nor milliseconds (30000)`},
+		{[]string{"ls", "a", "--limit", "-1"}, 2, "", `statectl: USAGE: --limit -1: a page holds 1 to 256 entries (0: the server's default, 100)`},
+		{[]string{"ls", "a", "--limit", "257"}, 2, "", `statectl: USAGE: --limit 257: a page holds 1 to 256 entries`},
 	} {
 		var out, errb strings.Builder
 		code := run(context.Background(), c.args, strings.NewReader(""), &out, &errb)
@@ -133,6 +142,23 @@ func TestBadEnvironmentLeavesHelpAlone(t *testing.T) {
 		code := run(context.Background(), c.args, strings.NewReader(""), &out, &errb)
 		if code != c.code || !strings.Contains(out.String(), c.stdout) || !strings.Contains(errb.String(), c.stderr) {
 			t.Errorf("statectl %q: exit %d\nstdout: %s\nstderr: %s", c.args, code, out.String(), errb.String())
+		}
+	}
+}
+
+// Errors never show a login that --nats-url carries (statectl help), even one whose password holds a
+// character net/url's parse error escapes when it quotes the URL (a quote, a backslash, a control
+// character): on stderr, nor in the --json document on stdout.
+func TestNATSURLPasswordNeverShown(t *testing.T) {
+	for _, pw := range []string{`s3"cr3t`, `s3\cr3t`, "s3\x01cr3t"} {
+		code, stdout, stderr := runStatectl(t, "--json", "--nats-url", "nats://u:"+pw+"@127.0.0.1:1", "info")
+		if code != exitConnection || !strings.Contains(stderr, "xxxxx") {
+			t.Errorf("--nats-url with password %q: exit %d, stderr %s", pw, code, stderr)
+		}
+		for name, out := range map[string]string{"stdout": stdout, "stderr": stderr} {
+			if strings.Contains(out, "cr3t") {
+				t.Errorf("--nats-url with password %q: %s shows the password:\n%s", pw, name, out)
+			}
 		}
 	}
 }

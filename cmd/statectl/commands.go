@@ -40,19 +40,19 @@ func (a *app) cmdGet(ctx context.Context, cmd *command, args []string) error {
 // writeFlags are the conditions of put and delete.
 type writeFlags struct {
 	expect optionalInt
-	guard  string
+	guard  optionalString
 }
 
 func (w *writeFlags) register(fs *flag.FlagSet) {
 	fs.Var(&w.expect, "expect-revision", "")
-	fs.StringVar(&w.guard, "guard", "", "")
+	fs.Var(&w.guard, "guard", "")
 }
 
 func (w *writeFlags) guardValue() (*wire.Guard, error) {
-	if w.guard == "" {
+	if !w.guard.set {
 		return nil, nil
 	}
-	g, err := parseGuard(w.guard)
+	g, err := parseGuard(w.guard.v)
 	if err != nil {
 		return nil, usageErrorf("%v", err)
 	}
@@ -63,7 +63,8 @@ func (a *app) cmdPut(ctx context.Context, cmd *command, args []string) error {
 	fs := a.flagSet(cmd.name)
 	var wf writeFlags
 	wf.register(fs)
-	ttl := fs.String("ttl", "", "")
+	var ttl optionalString
+	fs.Var(&ttl, "ttl", "")
 	pos, err := a.parse(cmd, fs, args, 3, 4)
 	if err != nil {
 		return err
@@ -72,8 +73,8 @@ func (a *app) cmdPut(ctx context.Context, cmd *command, args []string) error {
 	if req.Guard, err = wf.guardValue(); err != nil {
 		return err
 	}
-	if *ttl != "" {
-		ms, err := parseTTL(*ttl)
+	if ttl.set {
+		ms, err := parseTTL(ttl.v)
 		if err != nil {
 			return usageErrorf("%v", err)
 		}
@@ -214,6 +215,9 @@ func (a *app) cmdLs(ctx context.Context, cmd *command, args []string) error {
 	pos, err := a.parse(cmd, fs, args, 1, 2)
 	if err != nil {
 		return err
+	}
+	if *limit < 0 || *limit > wire.MaxListLimit {
+		return usageErrorf("--limit %d: a page holds 1 to %d entries (0: the server's default, %d)", *limit, wire.MaxListLimit, wire.DefaultListLimit)
 	}
 	req := wire.ListRequest{Namespace: pos[0], Limit: *limit}
 	if len(pos) == 2 {

@@ -24,7 +24,7 @@ func (o *optionalInt) String() string {
 	return strconv.FormatInt(o.v, 10)
 }
 
-// Set reads a revision: an integer from 0 (the server bounds it at 2^53-1).
+// Set reads a revision: an integer from 0 to 2^53-1.
 func (o *optionalInt) Set(s string) error {
 	v, err := parseRevision(s)
 	if err != nil {
@@ -34,18 +34,38 @@ func (o *optionalInt) Set(s string) error {
 	return nil
 }
 
-// parseRevision reads a revision, an integer that is not negative.
+// parseRevision reads a revision: an integer from 0 to 2^53-1 (SPEC section 4).
 func parseRevision(s string) (int64, error) {
 	v, err := strconv.ParseInt(s, 10, 64)
 	switch {
-	case errors.Is(err, strconv.ErrRange):
-		return 0, fmt.Errorf("%s is out of range", s)
+	case errors.Is(err, strconv.ErrRange), err == nil && v > wire.MaxSafeInteger:
+		return 0, fmt.Errorf("%s is above 2^53-1, the largest revision", s)
 	case err != nil:
 		return 0, fmt.Errorf("%q is not an integer", s)
 	case v < 0:
 		return 0, fmt.Errorf("%s is negative", s)
 	}
 	return v, nil
+}
+
+// optionalString is a string flag that tells an empty value given from no flag at all: an empty
+// --guard or --ttl (a script's unset variable) is refused, never taken for the flag's absence.
+type optionalString struct {
+	set bool
+	v   string
+}
+
+func (o *optionalString) String() string {
+	if o == nil {
+		return ""
+	}
+	return o.v
+}
+
+// Set takes any value; the command checks it.
+func (o *optionalString) Set(s string) error {
+	o.set, o.v = true, s
+	return nil
 }
 
 // ptr returns a pointer to the value, or nil when the flag was not given.

@@ -26,18 +26,30 @@ func Redact(urls string) string {
 }
 
 // RedactIn is msg with the logins of the URLs in urls (as Redact takes them) hidden wherever msg
-// names one of those URLs, with or without the spaces around it in the list: the errors of a NATS
-// connection name the URL they were given (nats.go trims it before it parses, and quotes what it
-// could not parse).
+// names one of those URLs, with or without the spaces around it in the list, as typed or as Go quotes
+// it (%q): the errors of a NATS connection name the URL they were given (nats.go trims it before it
+// parses, and net/url quotes what it could not parse, escaping a quote, a backslash or a control
+// character of the password).
 func RedactIn(msg, urls string) string {
 	for p := range strings.SplitSeq(urls, ",") {
 		for _, q := range []string{p, strings.TrimSpace(p)} {
-			if r := redactOne(q); r != q && q != "" {
-				msg = strings.ReplaceAll(msg, q, r)
+			r := redactOne(q)
+			if r == q || q == "" {
+				continue
+			}
+			msg = strings.ReplaceAll(msg, q, r)
+			if qq, rq := quoted(q), quoted(r); qq != q {
+				msg = strings.ReplaceAll(msg, qq, rq)
 			}
 		}
 	}
 	return msg
+}
+
+// quoted is s as %q writes it, without the quotes around it.
+func quoted(s string) string {
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }
 
 // redactOne is one URL of a list, with its login hidden.

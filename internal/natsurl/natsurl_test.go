@@ -35,6 +35,11 @@ func TestRedactIn(t *testing.T) {
 		{"nats://u:p%zz@h:1", "connect nats://u:p%zz@h:1: x", "connect nats://xxxxx@h:1: x"},
 		{"nats://h:1", "connect nats://h:1: x", "connect nats://h:1: x"},
 		{"nats://a:p1@h:1, nats://b:p%zz@h:2", `parse "nats://b:p%zz@h:2": x`, `parse "nats://xxxxx@h:2": x`}, // trimmed by nats.go
+		// Quoted by net/url's parse error: a quote, a backslash or a control character is escaped.
+		{`nats://u:s3"cr3t@h:1`, `connect nats://u:s3"cr3t@h:1: parse "nats://u:s3\"cr3t@h:1": invalid userinfo`,
+			`connect nats://xxxxx@h:1: parse "nats://xxxxx@h:1": invalid userinfo`},
+		{`nats://u:s3\cr3t@h:1`, `parse "nats://u:s3\\cr3t@h:1": invalid userinfo`, `parse "nats://xxxxx@h:1": invalid userinfo`},
+		{"nats://u:s3\x01cr3t@h:1", `parse "nats://u:s3\x01cr3t@h:1": invalid control character in URL`, `parse "nats://xxxxx@h:1": invalid control character in URL`},
 	} {
 		if got := RedactIn(c.msg, c.urls); got != c.want {
 			t.Errorf("RedactIn(%q, %q) = %q, want %q", c.msg, c.urls, got, c.want)

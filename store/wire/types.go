@@ -532,7 +532,7 @@ func checkGuard(g *Guard, key string) error {
 		return Errorf(CodeInvalidArgument, "guard key must differ from the written key")
 	}
 	if g.Revision < 1 || g.Revision > MaxSafeInteger {
-		return Errorf(CodeInvalidArgument, "guard revision must be at least 1")
+		return Errorf(CodeInvalidArgument, "guard revision %d is not a revision: 1 to 2^53-1", g.Revision)
 	}
 	return nil
 }
