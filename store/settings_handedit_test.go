@@ -445,3 +445,54 @@ func TestSettingsChangesFoundAtOpenAreAudited(t *testing.T) {
 	check(s, head+4, []rec{{"delete", "a", 7, ""}, {"delete", "c", 8, ""}, {"delete", "d", 9, ""}})
 	s.Close()
 }
+
+// CheckSettings tells, for a namespace the store does not serve from a settings file, whether the
+// next Open with that file would serve the store: every case it refuses is one on which Open opens
+// the store unavailable, and the case it accepts opens.
+func TestCheckSettingsOfANamespaceAddedForTheNextStart(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state-store.db")
+	s := openAt(t, path, DefaultOptions())
+	mustPut(t, s, alice, prefsPut("user/alice", "in-db", "ui"))
+	write := func(name, ns, schema, doc string) string {
+		cfg := filepath.Join(dir, name)
+		body := fmt.Sprintf("[state_store.settings.%q]\nrevision = 1\n\n[state_store.settings.%q.entries.\"k\"]\nschema = %q\nowner = \"alice\"\n"+
+			"revision = 1\ncreated_at_ms = 1\nupdated_at_ms = 1\ndocument = '%s'\n", ns, ns, schema, doc)
+		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	good := write("good.toml", "user/bob", wire.SchemaPreference, `{"kind":"ui"}`)
+	badSchema := write("bad-schema.toml", "user/bob", "keeppeek.lease.v1", `{"holder":"not a worker id!","claimed_at_ms":1}`)
+	overDB := write("over-db.toml", "user/alice", wire.SchemaPreference, `{"kind":"ui"}`)
+	for _, c := range []struct {
+		cfg, ns, want string
+	}{
+		{good, "user/bob", ""},
+		{badSchema, "user/bob", "SCHEMA_INVALID"},
+		{overDB, "user/alice", "holds 1 entries in the database"},
+	} {
+		err := s.CheckSettings(c.ns, TOMLSettings(c.cfg, c.ns))
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Fatalf("CheckSettings(%s in %s) = %v, want %q", c.ns, filepath.Base(c.cfg), err, c.want)
+		}
+	}
+	s.Close()
+	// What Open makes of the same files.
+	for _, c := range []struct {
+		cfg, ns string
+		served  bool
+	}{{badSchema, "user/bob", false}, {overDB, "user/alice", false}, {good, "user/bob", true}} {
+		opts := DefaultOptions()
+		opts.Settings = map[string]SettingsBackend{c.ns: TOMLSettings(c.cfg, c.ns)}
+		s, err := Open(path, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if served := s.Unavailable() == nil; served != c.served {
+			t.Fatalf("Open with %s: served %v (%v), want %v", filepath.Base(c.cfg), served, s.Unavailable(), c.served)
+		}
+		s.Close()
+	}
+}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 
@@ -312,4 +313,45 @@ func sameSettingsState(a, b SettingsState) bool {
 		}
 	}
 	return true
+}
+
+// CheckSettings reports why the next Open, with sb as the SettingsBackend of ns, would not serve the
+// store, for a namespace this store does not serve from a settings file (a section added to stated's
+// file, which waits for a restart): the file does not load, holds an entry the store would not serve
+// (one that fails its schema, or a bound it passes), would take the store past max_total_value_bytes or
+// max_namespaces, or the namespace holds entries in the database (a settings-backed namespace's
+// entries live in its file only). nil means it would be served as the store stands now; a write to the
+// namespace before the restart can still make it fail. A namespace served from a settings file now, or
+// a store that is not served, is not checked (nil): ReloadSettings checks the former.
+func (s *Store) CheckSettings(ns string, sb SettingsBackend) error {
+	if _, served := s.opts.Settings[ns]; served || s.serving() != nil {
+		return nil
+	}
+	if !wire.ValidNamespace(ns) {
+		return fmt.Errorf("settings namespace %q is not a valid namespace", ns)
+	}
+	rd, err := s.readSettings(ns, sb)
+	if err != nil {
+		return err
+	}
+	var bytes int64
+	for _, e := range rd.entries {
+		bytes += int64(len(e.Document))
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	b := s.opts.Bounds
+	if sp := s.spaces[ns]; sp != nil && sp.count() > 0 {
+		return fmt.Errorf("settings namespace %s holds %d entries in the database: a settings-backed namespace's entries live in its file; delete them first",
+			ns, sp.count())
+	}
+	if s.totalBytes+bytes > b.MaxTotalValueBytes {
+		return fmt.Errorf("settings namespace %s: its %d document bytes would take the store to %d, over max_total_value_bytes %d",
+			ns, bytes, s.totalBytes+bytes, b.MaxTotalValueBytes)
+	}
+	if len(rd.entries) > 0 && s.liveNamespaces+1 > b.MaxNamespaces {
+		return fmt.Errorf("settings namespace %s: with its entries %d namespaces would hold entries, over max_namespaces %d",
+			ns, s.liveNamespaces+1, b.MaxNamespaces)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -98,6 +99,54 @@ func TestE2ESighupRefusesBoundsStatedCouldNotStartOn(t *testing.T) {
 	s.WriteConfig(e2e.Config{Principals: append(slices.Clone(principals), carol)})
 	s.Reload()
 	waitForLog(t, s.Logs, "SIGHUP: principals reloaded")
+	nc, err := nats.Connect(s.URL(), nats.UserInfo(carol.ID, carol.Password))
+	if err != nil {
+		t.Fatalf("carol after a good SIGHUP: %v", err)
+	}
+	nc.Close()
+}
+
+// TestE2ESighupRefusesASettingsSectionTheNextStartWouldNotServe: a section added to
+// [state_store.settings] waits for the next start, which would not serve the store (every operation
+// UNAVAILABLE) if the section held an entry the store refuses, or named a namespace holding entries in
+// the database. A SIGHUP of such a file reloaded the principals all the same; it is now refused whole,
+// naming why, and a principal added with it cannot log in. A sound section added is taken, and named
+// as waiting for the restart.
+func TestE2ESighupRefusesASettingsSectionTheNextStartWouldNotServe(t *testing.T) {
+	s := startStated(t)
+	coord, _ := conn(t, s, "coordinator")
+	if r := request(t, coord, "coordinator", wire.OpPut, `{"namespace":"service/tx","key":"k","schema":"keeppeek.lease.v1","document":`+leaseDoc+`}`); !r.OK {
+		t.Fatalf("put: %+v", r)
+	}
+	section := func(ns, doc string) string {
+		return fmt.Sprintf("[state_store.settings.%q]\nrevision = 1\n\n[state_store.settings.%q.entries.\"bridge/config\"]\n"+
+			"schema = \"keeppeek.lease.v1\"\nowner = \"coordinator\"\nrevision = 1\ncreated_at_ms = 1\nupdated_at_ms = 1\ndocument = '%s'\n", ns, ns, doc)
+	}
+	carol := e2e.Principal{ID: "carol", Password: "carol-pw"}
+	for _, c := range []struct{ extra, why string }{
+		{section("service/mqtt-bridge", `{"holder":"not a worker id!","claimed_at_ms":1}`), "SCHEMA_INVALID"},
+		{"[state_store.settings.\"service/tx\"]\n", "service/tx holds 1 entries in the database"},
+	} {
+		before := len(s.Logs())
+		s.WriteConfig(e2e.Config{Principals: append(slices.Clone(principals), carol), Extra: c.extra})
+		s.Reload()
+		logs := func() string { return s.Logs()[before:] }
+		waitForLog(t, logs, "SIGHUP: configuration not reloaded")
+		if !strings.Contains(logs(), c.why) || !strings.Contains(logs(), "the next start would not serve the store") {
+			t.Fatalf("the refusal does not say why (%s):\n%s", c.why, logs())
+		}
+		if strings.Contains(logs(), "principals reloaded") {
+			t.Fatalf("a refused SIGHUP reloaded the principals:\n%s", logs())
+		}
+		if nc, err := nats.Connect(s.URL(), nats.UserInfo(carol.ID, carol.Password)); err == nil {
+			nc.Close()
+			t.Fatal("a principal of a refused SIGHUP can log in")
+		}
+	}
+	s.WriteConfig(e2e.Config{Principals: append(slices.Clone(principals), carol), Extra: section("service/mqtt-bridge", `{"holder":"bridge-1","claimed_at_ms":1}`)})
+	s.Reload()
+	waitForLog(t, s.Logs, "SIGHUP: principals reloaded")
+	waitForLog(t, s.Logs, "in effect at the next restart: the settings-backed namespaces")
 	nc, err := nats.Connect(s.URL(), nats.UserInfo(carol.ID, carol.Password))
 	if err != nil {
 		t.Fatalf("carol after a good SIGHUP: %v", err)

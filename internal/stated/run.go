@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -747,6 +748,11 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, st *store.St
 		logger.Error("SIGHUP: the embedded NATS server's TLS files cannot be used: new clients cannot connect, "+
 			"and the next start would fail on them", "err", err)
 	}
+	if err := checkNewSettings(cfg, next, st); err != nil {
+		// The sections added wait for the next start, which would not serve the store with them.
+		logger.Error("SIGHUP: configuration not reloaded", "err", fmt.Errorf("config %s: %w: the next start would not serve the store (every operation UNAVAILABLE)", cfg.Path(), err))
+		return
+	}
 	if !reloadSettings(cfg, st, logger) {
 		return
 	}
@@ -762,6 +768,32 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, st *store.St
 	}
 	cfg.Principals = next.Principals
 	logger.Info("SIGHUP: principals reloaded", "principals", len(next.PolicyPrincipals()))
+}
+
+// checkNewSettings checks the settings-backed namespaces next declares and cfg (the file at start) did
+// not, which wait for the next start, as that start would (store.CheckSettings): a section whose entry
+// the store would refuse, or a namespace holding database entries, would have it serve nothing.
+func checkNewSettings(cfg, next *Config, st *store.Store) error {
+	var added []string
+	for ns := range next.StateStore.Settings {
+		if _, ok := cfg.StateStore.Settings[ns]; !ok {
+			added = append(added, ns)
+		}
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	slices.Sort(added)
+	backends, err := store.TOMLSettingsNamespaces(next.Path())
+	if err != nil {
+		return err
+	}
+	for _, ns := range added {
+		if err := st.CheckSettings(ns, backends[ns]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // settingsReloadTimeout bounds a SIGHUP's wait for the store to reload the settings files.
