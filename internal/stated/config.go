@@ -4,6 +4,7 @@
 package stated
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -206,6 +207,24 @@ func DefaultConfig() *Config {
 		NATS: NATSConfig{Listen: DefaultNATSListen}}
 }
 
+// tomlError is an error of the TOML decoder, with the text of a password kept out of it: the error
+// goes to the terminal or the log, and the decoder quotes what it found where a value should be (a
+// password written without its quotes: password = s3cret).
+func tomlError(err error) error {
+	var pe toml.ParseError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	key := pe.LastKey
+	if i := strings.LastIndexByte(key, '.'); i >= 0 {
+		key = key[i+1:]
+	}
+	if key != "password" {
+		return err
+	}
+	return fmt.Errorf("toml: line %d (last key %q): not a valid TOML value (a password is a string, in quotes); its text is not shown", pe.Position.Line, pe.LastKey)
+}
+
 // LoadConfig reads and validates a configuration file. Unknown keys are errors; keys are
 // case-sensitive, so DATA_DIR or a principal's Admin is unknown (see exactKey).
 func LoadConfig(path string) (*Config, error) {
@@ -217,7 +236,7 @@ func LoadConfig(path string) (*Config, error) {
 	// typed Config would drop a scalar given for a map (bounds = 5) without an error.
 	var raw map[string]any
 	if _, err := toml.Decode(string(data), &raw); err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		return nil, fmt.Errorf("config %s: %w", path, tomlError(err))
 	}
 	if err := checkShape(raw); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
@@ -225,7 +244,7 @@ func LoadConfig(path string) (*Config, error) {
 	c := DefaultConfig()
 	md, err := toml.Decode(string(data), c)
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		return nil, fmt.Errorf("config %s: %w", path, tomlError(err))
 	}
 	var unknown []string
 	for _, k := range md.Undecoded() {

@@ -118,6 +118,18 @@ func TestLoadConfigRejects(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+	// A password written without its quotes is refused without its text: the error goes to the
+	// terminal at start and to the log at a SIGHUP.
+	for _, body := range []string{
+		"[[principals]]\nid = \"alice\"\npassword = correcthorsebatterystaple\n",
+		"[nats]\nurl = \"nats://127.0.0.1:4222\"\nuser = \"stated\"\npassword = correcthorsebatterystaple\n",
+		"[[principals]]\nid = \"alice\"\npassword = correct horse\n",
+	} {
+		_, err := LoadConfig(writeConfig(t, body))
+		if err == nil || strings.Contains(err.Error(), "correct") || !strings.Contains(err.Error(), "password") {
+			t.Errorf("a password without quotes: %v, want an error naming the key and not its value", err)
+		}
+	}
 	// An external server alone is fine: listen is dropped.
 	c, err := LoadConfig(writeConfig(t, "[nats]\nurl = \"nats://127.0.0.1:4222\"\n"))
 	if err != nil || c.NATS.Listen != "" {
