@@ -846,14 +846,19 @@ func (k *Cache) attempt() error {
 		k.useBounds(info.Bounds)
 	}
 	in := newInbox()
-	sub, err := k.c.nc.Subscribe(k.c.watchSubject(k.watchID), in.push)
-	if err != nil {
-		return fmt.Errorf("store/client: subscribe to watch %s: %w", k.watchID, err)
+	var sub *nats.Subscription
+	subscribe := func() (err error) {
+		if sub, err = k.c.nc.Subscribe(k.c.watchSubject(k.watchID), in.push); err != nil {
+			return fmt.Errorf("store/client: subscribe to watch %s: %w", k.watchID, err)
+		}
+		k.requested = true
+		return nil
 	}
-	k.requested = true
-	ws, err := k.c.watchRequest(k.ctx, wire.WatchRequest{WatchID: k.watchID, Namespace: k.ns, KeyPrefix: k.prefix})
+	ws, err := k.c.watchRequest(k.ctx, wire.WatchRequest{WatchID: k.watchID, Namespace: k.ns, KeyPrefix: k.prefix}, subscribe, nil)
 	if err != nil {
-		_ = sub.Unsubscribe()
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
 		return err
 	}
 	if err := checkSnapshot(ws); err != nil {

@@ -61,6 +61,12 @@ type Client struct {
 	// WATCH_EXISTS because of the earlier one's registration, which nobody would then unwatch if its
 	// caller gave up too; and the earlier one's unwatch could remove the later one's watch.
 	watchBusy map[string]chan struct{}
+	// watchOwner holds, per watch id, the raw Watch whose request registered it last: the Stop of an
+	// earlier Watch of the id, which the server closed, must not unwatch a newer one (see Watch.Stop).
+	watchOwner map[string]*Watch
+	// watchWaits, when set (tests), is told each time a request of a watch id waits for the id's
+	// request in flight.
+	watchWaits func(watchID string)
 
 	epochMu sync.Mutex
 	epoch   string           // the store's epoch as last seen in an info reply ("" before one)
@@ -423,7 +429,11 @@ func (c *Client) startWatchRequest(ctx context.Context, watchID string) (release
 				close(done)
 			}, nil
 		}
+		waits := c.watchWaits
 		c.watchMu.Unlock()
+		if waits != nil {
+			waits(watchID)
+		}
 		select {
 		case <-busy:
 		case <-ctx.Done():

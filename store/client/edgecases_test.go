@@ -109,91 +109,34 @@ func TestLateUnwatchLeavesANewWatchOfTheSameID(t *testing.T) {
 	env := startEnv(t)
 	ctx := ctxT(t)
 	const ns = "user/alice"
-	watchSeen, releaseWatch := make(chan struct{}), make(chan struct{})
-	reapHeld, releaseReap, reapDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	var r *relay
-	r = startRelay(t, env.URL, relayHooks{
-		before: func(op wire.Op, n int) bool {
-			switch {
-			case op == wire.OpWatch && n == 1: // the request given up: held until its caller gave up
-				close(watchSeen)
-				select {
-				case <-releaseWatch:
-				case <-r.stopped:
-				}
-			case op == wire.OpUnwatch && n == 1: // the late unwatch of its registration
-				close(reapHeld)
-				select {
-				case <-releaseReap:
-				case <-r.stopped:
-				}
-			}
-			return true
-		},
-		after: func(op wire.Op, n int, _ []byte) bool {
-			if op == wire.OpUnwatch && n == 1 {
-				close(reapDone)
-			}
-			return true
-		},
-	})
-	c := newClient(t, env, alice.ID, WithPrefix(relayPrefix))
-	req := wire.WatchRequest{WatchID: "same", Namespace: ns}
-
-	gaveUp, cancel := context.WithCancel(ctx)
-	go func() { <-watchSeen; cancel() }()
-	if w, err := c.Watch(gaveUp, req); !errors.Is(err, context.Canceled) {
-		if w != nil {
-			_ = w.Stop(ctx)
-		}
-		t.Fatalf("the watch given up returned %v", err)
-	}
-	close(releaseWatch) // it registers after all; the client unwatches it, and the relay holds that
-	select {
-	case <-reapHeld:
-	case <-ctx.Done():
-		t.Fatal("the late registration was never unwatched")
-	}
-
+	late := startLateRegistration(t, env, wire.WatchRequest{WatchID: "same", Namespace: ns})
 	type result struct {
 		w   *Watch
 		err error
 	}
 	second := make(chan result, 1)
-	go func() { w, err := c.Watch(ctx, req); second <- result{w, err} }()
-	var w *Watch
+	go func() { w, err := late.c.Watch(ctx, late.req); second <- result{w, err} }()
 	select {
-	case res := <-second:
-		// Sent while the late unwatch is in flight: the late registration still holds the id.
-		if !errors.Is(res.err, wire.ErrWatchExists) {
-			t.Fatalf("watch while the late unwatch is in flight: %v", res.err)
-		}
-		if err := c.Unwatch(ctx, req.WatchID); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		if w, err = c.Watch(ctx, req); err != nil {
-			t.Fatal(err)
-		}
-		close(releaseReap)
-	case <-time.After(300 * time.Millisecond): // not an event: the watch waits for the late unwatch
-		close(releaseReap)
-		res := <-second
-		if res.err != nil {
-			t.Fatalf("watch after the late unwatch: %v", res.err)
-		}
-		w = res.w
+	case <-late.waiting: // the new request waits for the late unwatch
+	case <-ctx.Done():
+		t.Fatal("the new watch request never waited for the late unwatch")
 	}
+	close(late.release)
+	res := <-second
+	if res.err != nil {
+		t.Fatalf("watch after the late unwatch: %v", res.err)
+	}
+	w := res.w
 	defer func() { _ = w.Stop(ctx) }()
 	select {
-	case <-reapDone:
+	case <-late.done:
 	case <-ctx.Done():
 		t.Fatal("the late unwatch was never answered")
 	}
-	if err := c.Ack(ctx, req.WatchID, 0); err != nil {
+	if err := late.c.Ack(ctx, late.req.WatchID, 0); err != nil {
 		t.Fatalf("the new watch is gone after the late unwatch of the old one: %v", err)
 	}
-	e, err := c.Put(ctx, preference(ns, "k", "x"))
+	e, err := late.c.Put(ctx, preference(ns, "k", "x"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,28 +49,45 @@ type Watch struct {
 // Watch subscribes to the watch's delivery subject, then sends the watch request, so that no update
 // sent after the snapshot can be missed; updates that arrive before the reply wait until it is in.
 // req.RequestID is set by the client; req.WatchID must be a valid watch id (it is a subject token).
+//
+// A watch request of the same id still in flight on this client (one given up, whose late
+// registration is being unwatched) is waited for first, within ctx, and the subscription made only
+// then: that registration's updates and close, sent on the same subject, never reach the new watch.
 func (c *Client) Watch(ctx context.Context, req wire.WatchRequest) (*Watch, error) {
 	if !wire.ValidWatchID(req.WatchID) {
 		return nil, wire.Errorf(wire.CodeInvalidArgument, "invalid watch_id %q", req.WatchID)
 	}
 	w := &Watch{c: c, id: req.WatchID, out: make(chan wire.WatchMessage, 32), done: make(chan struct{})}
-	sub, err := c.nc.Subscribe(c.watchSubject(req.WatchID), w.deliver)
-	if err != nil {
-		return nil, fmt.Errorf("store/client: subscribe to watch %s: %w", req.WatchID, err)
+	subscribe := func() error {
+		sub, err := c.nc.Subscribe(c.watchSubject(req.WatchID), w.deliver)
+		if err != nil {
+			return fmt.Errorf("store/client: subscribe to watch %s: %w", req.WatchID, err)
+		}
+		w.sub = sub
+		// A subscription that ends otherwise than by Stop (the connection closed for good) delivers
+		// nothing more: Messages is closed then, so a reader ranging over it is not left waiting
+		// forever. nats.go calls the handler once the subscription's delivery goroutine has
+		// returned; a connection closed before the handler was set is seen by the check after it.
+		sub.SetClosedHandler(func(string) { w.end(w.subscriptionEnded()) })
+		if c.nc.IsClosed() {
+			w.end(w.subscriptionEnded())
+		}
+		return nil
 	}
-	w.sub = sub
-	// A subscription that ends otherwise than by Stop (the connection closed for good) delivers
-	// nothing more: Messages is closed then, so a reader ranging over it is not left waiting forever.
-	// nats.go calls the handler once the subscription's delivery goroutine has returned; a
-	// connection closed before the handler was set is seen by the check after it.
-	sub.SetClosedHandler(func(string) { w.end(w.subscriptionEnded()) })
-	if c.nc.IsClosed() {
-		w.end(w.subscriptionEnded())
+	registered := func() {
+		c.watchMu.Lock()
+		if c.watchOwner == nil {
+			c.watchOwner = map[string]*Watch{}
+		}
+		c.watchOwner[req.WatchID] = w
+		c.watchMu.Unlock()
 	}
-	ws, err := c.watchRequest(ctx, req)
+	ws, err := c.watchRequest(ctx, req, subscribe, registered)
 	if err != nil {
 		w.halt()
-		_ = sub.Unsubscribe()
+		if w.sub != nil {
+			_ = w.sub.Unsubscribe()
+		}
 		w.end(nil)
 		return nil, err
 	}
@@ -86,12 +103,24 @@ func (c *Client) Watch(ctx context.Context, req wire.WatchRequest) (*Watch, erro
 // and the client's request timeout passes); a watch its reply says was registered is then unwatched.
 // An unwatch sent at once instead could reach the server before the watch it means. Until then, the
 // next watch request of the id waits (startWatchRequest).
-func (c *Client) watchRequest(ctx context.Context, req wire.WatchRequest) (*wire.WatchState, error) {
+//
+// before (if not nil) runs once the id is this request's, before anything is sent: a subscription to
+// the id's delivery subject made there misses no update of the watch, and sees none of an earlier
+// registration of the id (whose unwatch was answered, after all its messages, before the id was
+// free). An error of before ends the request unsent. registered (if not nil) runs when the reply
+// registered the watch, before the id is free for the next request.
+func (c *Client) watchRequest(ctx context.Context, req wire.WatchRequest, before func() error, registered func()) (*wire.WatchState, error) {
 	req.RequestID = c.nextID()
 	release, err := c.startWatchRequest(ctx, req.WatchID)
 	if err != nil {
 		// Nothing is sent.
 		return nil, fmt.Errorf("store/client: %s request on %s: %w", wire.OpWatch, c.requestSubject(wire.OpWatch), err)
+	}
+	if before != nil {
+		if err := before(); err != nil {
+			release()
+			return nil, err
+		}
 	}
 	// Marked as in flight, it is sent even if ctx ends from here on, and then reaped like any request
 	// given up: Finish, which sends nothing once ctx has ended, would never call late, and the id
@@ -107,7 +136,7 @@ func (c *Client) watchRequest(ctx context.Context, req wire.WatchRequest) (*wire
 	if gaveUp { // late releases the id
 		return nil, fmt.Errorf("store/client: %s request on %s: %w", wire.OpWatch, c.requestSubject(wire.OpWatch), err)
 	}
-	release()
+	defer release()
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +150,9 @@ func (c *Client) watchRequest(ctx context.Context, req wire.WatchRequest) (*wire
 	}
 	if ws.Entries == nil {
 		ws.Entries = []wire.Entry{}
+	}
+	if registered != nil {
+		registered()
 	}
 	return ws, nil
 }
@@ -231,9 +263,10 @@ func (w *Watch) Err() error {
 // Ack acknowledges every update up to seq.
 func (w *Watch) Ack(ctx context.Context, seq uint64) error { return w.c.Ack(ctx, w.id, seq) }
 
-// Stop unwatches, unsubscribes and closes Messages. A watch whose CLOSED message arrived is not
-// unwatched (its id is free again and may name a newer watch by now); a watch the server already
-// closed otherwise (NOT_FOUND from unwatch) is not an error. Messages is closed and the
+// Stop unwatches, unsubscribes and closes Messages. A watch whose CLOSED message arrived, or whose id
+// a newer Watch of this client has registered since (the server closed this one), is not unwatched:
+// the id is free again, or the newer watch's; a watch the server already closed otherwise (NOT_FOUND
+// from unwatch) is not an error. Messages is closed and the
 // subscription ended by the first call, whatever happens; if the unwatch failed (ctx ended, no answer), the server may still hold the watch
 // and Stop returns the error: call it again to retry. Once an unwatch succeeded, Stop returns nil.
 func (w *Watch) Stop(ctx context.Context) error {
@@ -242,9 +275,10 @@ func (w *Watch) Stop(ctx context.Context) error {
 	var err error
 	if w.serverClosed.Load() {
 		w.gone = true
+		w.c.disown(w)
 	}
 	if !w.gone {
-		err = w.c.Unwatch(ctx, w.id)
+		err = w.c.unwatchOwned(ctx, w)
 		if err == nil || errors.Is(err, wire.ErrNotFound) || errors.Is(err, nats.ErrConnectionClosed) {
 			err, w.gone = nil, true // with the connection gone, nothing more can be done from here
 		}
@@ -257,4 +291,35 @@ func (w *Watch) Stop(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// unwatchOwned unwatches w's id, unless a newer Watch of this client has registered the id since
+// (the server closed w's registration; its CLOSED may not have been decoded yet): the check is made
+// holding the id, so that no watch request of it runs meanwhile.
+func (c *Client) unwatchOwned(ctx context.Context, w *Watch) error {
+	release, err := c.startWatchRequest(ctx, w.id)
+	if err != nil {
+		return fmt.Errorf("store/client: %s request on %s: %w", wire.OpUnwatch, c.requestSubject(wire.OpUnwatch), err)
+	}
+	defer release()
+	c.watchMu.Lock()
+	owner := c.watchOwner[w.id]
+	c.watchMu.Unlock()
+	if owner != w {
+		return nil // a newer Watch holds the id: this one is gone from the server
+	}
+	err = c.unwatch(ctx, w.id)
+	if err == nil || errors.Is(err, wire.ErrNotFound) || errors.Is(err, nats.ErrConnectionClosed) {
+		c.disown(w)
+	}
+	return err
+}
+
+// disown forgets w as its id's owner, if it still is.
+func (c *Client) disown(w *Watch) {
+	c.watchMu.Lock()
+	defer c.watchMu.Unlock()
+	if c.watchOwner[w.id] == w {
+		delete(c.watchOwner, w.id)
+	}
 }
