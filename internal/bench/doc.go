@@ -15,7 +15,7 @@
 //     by a client.Cache with its default options (so each acknowledges as a Cache does: one ack for
 //     the updates of up to 100 ms), Rounds puts; the time from the start of a put until the last
 //     cache holds the update; p50 and p95;
-//  4. idle memory: Entries entries (rss/e-NNN, as many digits as Entries-1 needs) written, Idle waited, then stated's resident set size
+//  4. idle memory: Entries entries (rss/e-NNN, as many digits as Entries-1 needs, at least three) written, Idle waited, then stated's resident set size
 //     read from process_resident_memory_bytes on its /metrics (rss-idle-N-conns-MiB, all N
 //     connections open); then every connection but one closed, Idle waited, read again (rss-idle-MiB).
 //
