@@ -237,8 +237,9 @@ func TestStandbyClaimsSoonAfterALongRoutePartition(t *testing.T) {
 	if b.err != nil {
 		t.Fatal(b.err)
 	}
-	// A bound with room for a loaded machine, below 5 s less the mend.
-	if d := time.Since(mended); d > 2*time.Second {
+	// A bound with room for a loaded machine (a try sent as the route mends may wait out a request
+	// timeout), below 5 s less the mend.
+	if d := time.Since(mended); d > 3*time.Second {
 		t.Fatalf("the far standby claimed %v after the route was back (RenewEvery %v)", d, time.Second/3)
 	}
 }

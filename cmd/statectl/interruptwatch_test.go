@@ -29,7 +29,7 @@ func TestWatchInterruptedWhileItsRequestIsOutLeavesNoWatch(t *testing.T) {
 	}
 	defer relay.Close()
 	// A relay between statectl (subject prefix rl) and the state server (kp) that holds the watch
-	// request back: a slow server. It forwards it once statectl returned, or after 300 ms when statectl
+	// request back: a slow server. It forwards it once statectl returned, or after 100 ms when statectl
 	// waits for it (it waits up to a second).
 	if _, err := relay.Subscribe(prefix+".state.v1.*.*", func(m *nats.Msg) {
 		go func() {
@@ -38,7 +38,7 @@ func TestWatchInterruptedWhileItsRequestIsOutLeavesNoWatch(t *testing.T) {
 				close(held)
 				select {
 				case <-returned:
-				case <-time.After(300 * time.Millisecond):
+				case <-time.After(100 * time.Millisecond):
 				}
 			}
 			reply, err := relay.Request(wire.DefaultPrefix+strings.TrimPrefix(m.Subject, prefix), m.Data, 10*time.Second)

@@ -118,7 +118,7 @@ func TestE2EMetricsStoreGaugesFollowEveryChange(t *testing.T) {
 
 	// An entry with a TTL: counted while it lives, gone from every gauge when it expires.
 	prefs := `{"kind":"ui"}`
-	put("user/alice", "prefs", wire.SchemaPreference, prefs, 1000)
+	put("user/alice", "prefs", wire.SchemaPreference, prefs, 3000) // long enough to be scraped on a loaded machine
 	awaitKinds(t, s, "a TTL entry", map[string]kindGauges{"user": {1, compactLen(t, prefs), 1}})
 	awaitKinds(t, s, "the TTL entry expired", map[string]kindGauges{"user": zero, "service": {1, compactLen(t, docA), 1}})
 
@@ -164,8 +164,8 @@ func TestE2EMetricsStoreGaugesFollowEveryChange(t *testing.T) {
 		t.Fatalf("state_watches with one watch: %v", n)
 	}
 	// An entry that expires while stated is down.
-	put("user/alice", "short", wire.SchemaPreference, prefs, 1000)
-	expires := time.Now().Add(time.Second)
+	put("user/alice", "short", wire.SchemaPreference, prefs, 3000) // long enough to be scraped on a loaded machine
+	expires := time.Now().Add(3 * time.Second)
 	wantService := kindGauges{2, compactLen(t, docA) + compactLen(t, docEdited), 2}
 	awaitKinds(t, s, "before the restart", map[string]kindGauges{"service": wantService, "user": {1, compactLen(t, prefs), 1}})
 	if code := s.Term(); code != 0 {

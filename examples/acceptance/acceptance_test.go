@@ -220,12 +220,14 @@ func scenario2(t *testing.T, e *env) {
 	leaseDoc := func(n int) json.RawMessage {
 		return json.RawMessage(fmt.Sprintf(`{"holder":"s2-holder","claimed_at_ms":1,"renewed_at_ms":%d}`, n))
 	}
+	// Claimed for long enough to outlive the watches' setup on a loaded machine; the renewals below
+	// shorten it to the 1 s that then runs out.
 	claim, err := e.admin.Put(ctx, wire.PutRequest{Namespace: ns, Key: key, Schema: leaseSchema, Document: leaseDoc(0),
-		ExpectedRevision: revisionPtr(0), TTLMs: ttlPtr(time.Second)})
+		ExpectedRevision: revisionPtr(0), TTLMs: ttlPtr(30 * time.Second)})
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
-	if claim.TTLMs != 1000 || claim.ExpiresAtMs == 0 {
+	if claim.TTLMs != 30000 || claim.ExpiresAtMs == 0 {
 		t.Fatalf("claimed entry has ttl_ms %d expires_at_ms %d", claim.TTLMs, claim.ExpiresAtMs)
 	}
 
@@ -274,8 +276,8 @@ func scenario2(t *testing.T, e *env) {
 		if exp.At.Before(deadline) {
 			t.Fatalf("%s: EXPIRE arrived at %v, before the deadline %v", name, exp.At, deadline)
 		}
-		// SPEC: within 1 s of the deadline; 250 ms more for delivery to this process.
-		if late := exp.At.Sub(deadline); late > time.Second+250*time.Millisecond {
+		// SPEC: within 1 s of the deadline; 1 s more for delivery to this process on a loaded machine.
+		if late := exp.At.Sub(deadline); late > 2*time.Second {
 			t.Fatalf("%s: EXPIRE arrived %v after the deadline", name, late)
 		}
 		t.Logf("%s: EXPIRE at revision %d, %v after the deadline", name, m.Revision, exp.At.Sub(deadline).Round(time.Millisecond))
@@ -1010,8 +1012,11 @@ func failover(t *testing.T, e *env) {
 	}
 	t.Logf("killed %s; %s claimed after %v, publication started after %v", res.killed, res.standby,
 		res.claimedAfter.Round(time.Millisecond), res.startedAfter.Round(time.Millisecond))
-	if res.claimedAfter > ttl+time.Second {
-		t.Errorf("standby claimed %v after the kill, want within TTL + 1 s (%v)", res.claimedAfter, ttl+time.Second)
+	// The lease expires within a TTL of the kill, and the expiry within a second of that (SPEC 6);
+	// a second more for the claim and its delivery on a loaded machine. A failover that waited
+	// for a second TTL would pass neither.
+	if res.claimedAfter > ttl+2*time.Second {
+		t.Errorf("standby claimed %v after the kill, want within TTL + 2 s (%v)", res.claimedAfter, ttl+2*time.Second)
 	}
 	ready, _ := res.events.waitFor(t, res.killMark, "standby capability ready", isEvent("capability ready", res.standby, key))
 	for _, it := range res.events.all()[res.killMark:] {
@@ -1280,7 +1285,6 @@ type failoverResult struct {
 func runFailover(tb testing.TB, e *env, service, source, variant string, ttl, killDelay time.Duration, ids ...string) failoverResult {
 	tb.Helper()
 	ns := "service/" + service
-	ctx := bounded(tb)
 	key := intentKey(source, variant)
 	leaseKey := transcode.LeaseKey(reconciler.MediaIntent{SourceID: source, MediaKind: coordinator.MediaKindVideo, VariantID: variant})
 	ev := newRecorder[transcode.Event]()
@@ -1288,7 +1292,7 @@ func runFailover(tb testing.TB, e *env, service, source, variant string, ttl, ki
 	for _, id := range ids {
 		txs[id] = startTranscoder(tb, e.stated, id, service, ttl, ev)
 	}
-	if _, err := e.coord.PutIntent(ctx, ns, key, publishIntent(source, variant, coordinator.RecordingDisabled)); err != nil {
+	if _, err := e.coord.PutIntent(bounded(tb), ns, key, publishIntent(source, variant, coordinator.RecordingDisabled)); err != nil {
 		tb.Fatal(err)
 	}
 	ready, _ := ev.waitFor(tb, 0, "a transcoder's capability ready", isEvent("capability ready", "", key))
@@ -1316,7 +1320,7 @@ func runFailover(tb testing.TB, e *env, service, source, variant string, ttl, ki
 	txs[r.killed].kill()
 	r.killedAt = time.Now()
 	// The killed holder's last lease revision: its fencing token, renewed no more.
-	old, err := e.admin.Get(ctx, ns, leaseKey)
+	old, err := e.admin.Get(bounded(tb), ns, leaseKey) // a context per request: the waits before have their own bounds
 	if err != nil {
 		tb.Fatalf("lease right after the kill: %v", err)
 	}

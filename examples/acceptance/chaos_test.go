@@ -34,7 +34,7 @@ const (
 	chaosReady    = 200 * time.Millisecond
 	chaosRun      = 35 * time.Second // no new step starts after that
 	settleTimeout = 12 * time.Second
-	failoverSlack = 2 * time.Second
+	failoverSlack = 3 * time.Second
 	chaosService  = "cx-tx"
 )
 

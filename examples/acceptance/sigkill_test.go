@@ -120,8 +120,8 @@ func failoverSIGKILL(t *testing.T, e *env) {
 	if expires != 1 {
 		t.Fatalf("the killed holder's lease did not EXPIRE before the standby's claim%s", logs())
 	}
-	if after := claim.At.Sub(killedAt); after > ttl+time.Second {
-		t.Errorf("the standby's claim reached a watcher %v after the kill, want within TTL + 1 s", after)
+	if after := claim.At.Sub(killedAt); after > ttl+2*time.Second { // as in scenario 3
+		t.Errorf("the standby's claim reached a watcher %v after the kill, want within TTL + 2 s", after)
 	}
 
 	// The publication continues under the standby: its active status, a new publication, the only

@@ -49,13 +49,13 @@ func noMoreGoroutinesThan(t *testing.T, what string, n int) {
 	})
 }
 
-// startWithBaseline starts a model server and a long-run client of it, and returns them with the
-// test's context and the baseline backToBaseline checks against: the goroutines running and the
-// client's subscriptions once its reply subscription is made.
-func startWithBaseline(t *testing.T) (m *modelServer, c *Client, ctx context.Context, goroutines, subs int) {
+// startWithBaseline starts a model server and a long-run client of it (with request timeout timeout),
+// and returns them with the test's context and the baseline backToBaseline checks against: the
+// goroutines running and the client's subscriptions once its reply subscription is made.
+func startWithBaseline(t *testing.T, timeout time.Duration) (m *modelServer, c *Client, ctx context.Context, goroutines, subs int) {
 	t.Helper()
 	m = startModelServer(t)
-	c = longRunClient(t, m, longRunRequestTimeout)
+	c = longRunClient(t, m, timeout)
 	ctx = ctxT(t)
 	if _, err := c.Info(ctx); err != nil { // the connection's reply subscription is made now
 		t.Fatal(err)
@@ -283,7 +283,9 @@ func TestCacheCyclesLeaveNothingBehind(t *testing.T) {
 // Raw watches started and stopped hundreds of times, a third of them given up before their reply
 // and a third closed by the server first, leave no subscription, mark, live watch or goroutine behind.
 func TestWatchCyclesLeaveNothingBehind(t *testing.T) {
-	m, c, ctx, goroutines, subs := startWithBaseline(t)
+	// Requests of one try each: a timeout of 2 s keeps a loaded machine's slow replies from failing
+	// the test (the tries after a disconnect bound themselves).
+	m, c, ctx, goroutines, subs := startWithBaseline(t, 2*time.Second)
 
 	for i := range longRunCycles {
 		id := fmt.Sprintf("w%d", i%3)
@@ -361,7 +363,7 @@ func TestWatchCyclesLeaveNothingBehind(t *testing.T) {
 // A cache closed while its connection is being cut again and again stops its goroutine and leaves
 // no subscription behind; the server's watch is unwatched, or Close says it may not be.
 func TestCacheCloseDuringReconnectStorm(t *testing.T) {
-	m, c, ctx, goroutines, subs := startWithBaseline(t)
+	m, c, ctx, goroutines, subs := startWithBaseline(t, longRunRequestTimeout)
 	for i := range 20 {
 		k, err := c.NewCache(ctx, CacheOptions{Namespace: "user/alice", KeyPrefix: "s/", WatchID: "storm",
 			ResyncBackoff: time.Millisecond})

@@ -32,7 +32,7 @@ func statusListeners(t *testing.T, nc *nats.Conn) int {
 // (subscriptions, status listeners), in the client (watch marks) or on the server (live watches), and
 // no goroutine.
 func TestChurnOfCachesWatchesAndRefusalsLeavesNothingBehind(t *testing.T) {
-	m, c, ctx, goroutines, subs := startWithBaseline(t)
+	m, c, ctx, goroutines, subs := startWithBaseline(t, longRunRequestTimeout)
 	listeners := statusListeners(t, c.Conn())
 	const cycles = 60
 	for i := range cycles {
