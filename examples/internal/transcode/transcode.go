@@ -699,6 +699,19 @@ func (t *Transcoder) claim(ctx context.Context, key string, in reconciler.MediaI
 	return b, nil
 }
 
+// stopRunning stops the publication b runs, if any, saying why.
+func (t *Transcoder) stopRunning(ctx context.Context, key string, b *binding, why string) error {
+	if b.publicationID == "" {
+		return nil
+	}
+	if err := t.cmds.StopPublication(ctx, b.publicationID); err != nil && !errors.Is(err, capabilities.ErrPublicationNotFound) {
+		return err
+	}
+	t.event("publication stopped", key, "%s", why)
+	b.publicationID = ""
+	return nil
+}
+
 // publish resolves the source, starts the publication when needed and reports what exists.
 func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.MediaIntent, b *binding) (reconciler.Result, error) {
 	// What follows is the holder's to do: it stops waiting once the lease is lost (a media command on a
@@ -715,17 +728,21 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 	}
 	stream, ok := streamFor(src, in)
 	if !ok {
+		// The intent now names a stream the source lacks: what runs is not what it asks for, and the
+		// failed status names no publication, so nobody would stop it later.
+		if err := t.stopRunning(ctx, key, b, "the intent names a stream the source lacks"); err != nil {
+			return reconciler.Result{}, err
+		}
 		st.State, st.Message = reconciler.StateFailed, "the source has no "+in.MediaKind+" stream"
 		t.writeStatus(ctx, b, key, st)
 		return reconciler.Result{}, nil
 	}
-	if b.publicationID != "" && (b.streamID != stream.StreamID || b.outputProfile != in.OutputProfile || b.recordingMode != in.RecordingMode) {
+	if b.streamID != stream.StreamID || b.outputProfile != in.OutputProfile || b.recordingMode != in.RecordingMode {
 		// The intent changed what is published: stop the running publication, start the new one.
-		if err := t.cmds.StopPublication(ctx, b.publicationID); err != nil && !errors.Is(err, capabilities.ErrPublicationNotFound) {
+		why := fmt.Sprintf("the intent changed (recording %s, profile %s)", in.RecordingMode, in.OutputProfile)
+		if err := t.stopRunning(ctx, key, b, why); err != nil {
 			return reconciler.Result{}, err
 		}
-		t.event("publication stopped", key, "the intent changed (recording %s, profile %s)", in.RecordingMode, in.OutputProfile)
-		b.publicationID = ""
 	}
 	if b.publicationID != "" && b.seenGen > 0 && caps.Generation > b.seenGen && b.sessionID == src.SessionID {
 		// A snapshot newer than one that showed our variant no longer does (or names another
