@@ -107,6 +107,9 @@ func (s *Server) watchPeers() {
 		if err != nil {
 			continue // the connection is down or closing: look again at the next tick
 		}
+		if s.ctx.Err() != nil {
+			return // the look was cut short by Stop, not ended by the window: it says nothing
+		}
 		switch had := s.Conflict(); {
 		case other != nil:
 			err := anotherServerError(other)
