@@ -41,8 +41,8 @@ type SettingsState struct {
 // delete, which advances the namespace's revision; an unchanged entry keeps the revision it was served
 // at; revisions never go back. While the store runs, watchers get each change as an ordinary update
 // and each is audited (SettingsFilePrincipal); at Open, nobody watches yet, and the changes are
-// audited the same way and logged. For that the database records, with each settings write, the revision and a digest of every
-// entry it served (see planSettings for the exact rules). A state that does not load, or holds an entry
+// audited the same way and logged. For that the database records, with each settings write, the
+// revision and a digest of every entry it served (see planSettings for the exact rules). A state that does not load, or holds an entry
 // the store would not serve, is refused with the reason: a reload then changes nothing, and a write to
 // the namespace answers STORAGE, changing nothing, until it is put right.
 type SettingsBackend interface {

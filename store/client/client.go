@@ -462,12 +462,32 @@ func (c *Client) reap(watchID string) {
 // watch, and then its connection). After the wait, a watch the given-up request registered has been
 // unwatched already, and Unwatch answers NOT_FOUND.
 func (c *Client) Unwatch(ctx context.Context, watchID string) error {
+	return c.unwatchOf(ctx, watchID, nil)
+}
+
+// unwatchOf is Unwatch of watchID; with owner set (a raw Watch's Stop), only while owner is the Watch
+// that registered the id last, checked holding the id, so that no watch request of it runs meanwhile:
+// a newer Watch of the id, registered once the server closed owner's (its CLOSED perhaps not decoded
+// yet), is not owner's to unwatch. An unwatch that leaves the id free forgets owner as its owner.
+func (c *Client) unwatchOf(ctx context.Context, watchID string, owner *Watch) error {
 	release, err := c.startWatchRequest(ctx, watchID)
 	if err != nil {
 		return fmt.Errorf("store/client: %s request on %s: %w", wire.OpUnwatch, c.requestSubject(wire.OpUnwatch), err)
 	}
 	defer release()
-	return c.unwatch(ctx, watchID)
+	if owner != nil {
+		c.watchMu.Lock()
+		newer := c.watchOwner[watchID] != owner
+		c.watchMu.Unlock()
+		if newer {
+			return nil // owner's registration is gone from the server
+		}
+	}
+	err = c.unwatch(ctx, watchID)
+	if owner != nil && (err == nil || errors.Is(err, wire.ErrNotFound) || errors.Is(err, nats.ErrConnectionClosed)) {
+		c.disown(owner)
+	}
+	return err
 }
 
 // unwatch sends the unwatch request without waiting for the id's watch requests (Unwatch).

@@ -278,7 +278,7 @@ func (w *Watch) Stop(ctx context.Context) error {
 		w.c.disown(w)
 	}
 	if !w.gone {
-		err = w.c.unwatchOwned(ctx, w)
+		err = w.c.unwatchOf(ctx, w.id, w)
 		if err == nil || errors.Is(err, wire.ErrNotFound) || errors.Is(err, nats.ErrConnectionClosed) {
 			err, w.gone = nil, true // with the connection gone, nothing more can be done from here
 		}
@@ -289,28 +289,6 @@ func (w *Watch) Stop(ctx context.Context) error {
 		if uerr := w.sub.Unsubscribe(); uerr != nil && !errors.Is(uerr, nats.ErrConnectionClosed) && !errors.Is(uerr, nats.ErrBadSubscription) {
 			err = errors.Join(err, fmt.Errorf("store/client: unsubscribe watch %s: %w", w.id, uerr))
 		}
-	}
-	return err
-}
-
-// unwatchOwned unwatches w's id, unless a newer Watch of this client has registered the id since
-// (the server closed w's registration; its CLOSED may not have been decoded yet): the check is made
-// holding the id, so that no watch request of it runs meanwhile.
-func (c *Client) unwatchOwned(ctx context.Context, w *Watch) error {
-	release, err := c.startWatchRequest(ctx, w.id)
-	if err != nil {
-		return fmt.Errorf("store/client: %s request on %s: %w", wire.OpUnwatch, c.requestSubject(wire.OpUnwatch), err)
-	}
-	defer release()
-	c.watchMu.Lock()
-	owner := c.watchOwner[w.id]
-	c.watchMu.Unlock()
-	if owner != w {
-		return nil // a newer Watch holds the id: this one is gone from the server
-	}
-	err = c.unwatch(ctx, w.id)
-	if err == nil || errors.Is(err, wire.ErrNotFound) || errors.Is(err, nats.ErrConnectionClosed) {
-		c.disown(w)
 	}
 	return err
 }
