@@ -22,6 +22,14 @@
 // WaitReady wake on each installed snapshot, and Subscribe hands out coalesced notifications for
 // reconcilers.
 //
+// A subscriber must notice when the publication it subscribed to is replaced (its publisher, or a
+// standby of the same principal, starting the variant again): the media server ends the
+// subscriptions, and the variant is PENDING, then READY again, looking as it did. A reconciler reads
+// only the latest snapshot and may never read the PENDING one; the Tracker, which installs every
+// generation it learns of, marks each READY variant with the generation it has been READY since
+// (Variant.ReadySince, not on the wire), starting it over at a takeover and across any gap in what it
+// saw. A subscriber keeps the value it saw when it subscribed and subscribes again when it changes.
+//
 // Commands go to `<prefix>.media.v1.<principal>.<command>` as flat JSON requests; a reply is the
 // envelope Reply, `{"ok":true, ...result fields}` or `{"ok":false,"error":{"code":...,"message":...}}`,
 // or, as SPEC section 12 writes it, the bare result or the bare `{"code":...,"message":...}`.

@@ -157,3 +157,17 @@ func (l fetchLog) drain() {
 		}
 	}
 }
+
+// wireView returns c without what the tracker adds to what it fetched (Variant.ReadySince): what
+// the media server answered.
+func wireView(c capabilities.ServerCapabilities) capabilities.ServerCapabilities {
+	c = c.Clone()
+	for i := range c.Sources {
+		for j := range c.Sources[i].Streams {
+			for k := range c.Sources[i].Streams[j].Variants {
+				c.Sources[i].Streams[j].Variants[k].ReadySince = 0
+			}
+		}
+	}
+	return c
+}

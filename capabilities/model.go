@@ -84,6 +84,17 @@ type Variant struct {
 	State     VariantState `json:"state"`
 	// Publisher is the principal whose publication produces the variant; empty for the source's own.
 	Publisher string `json:"publisher"`
+	// ReadySince is not on the wire: a Tracker sets it on a READY variant of the snapshots it
+	// installs. It is the generation from which the tracker has seen the variant READY in every
+	// generation, from the same publisher on the same session of its source. A takeover (its
+	// publisher starting it again, the variant PENDING and then READY under a new publication, the
+	// subscriptions to it ended) starts it over, and so does anything the tracker cannot rule one
+	// out across: generations it skipped (a coalesced fetch, a lost announcement), a stale snapshot.
+	// A subscription made while the variant was READY since R is to the publication that still
+	// produces it as long as ReadySince is still R, even when the generations between are never
+	// read: a subscriber that finds another value resubscribes (its subscription may have ended
+	// unseen). Zero for a variant that is not READY, and for capabilities not read from a Tracker.
+	ReadySince uint64 `json:"-"`
 }
 
 // Publication describes what a source allows publications of its streams to request.

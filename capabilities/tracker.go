@@ -712,7 +712,9 @@ func sameCapabilities(a, b *ServerCapabilities) bool {
 				return false
 			}
 			for _, v := range s.Variants {
-				if w, ok := u.Variant(v.VariantID); !ok || v != w {
+				w, ok := u.Variant(v.VariantID)
+				v.ReadySince, w.ReadySince = 0, 0 // the tracker's, not the media server's
+				if !ok || v != w {
 					return false
 				}
 			}
@@ -740,6 +742,7 @@ func (t *Tracker) installLocked(caps *ServerCapabilities, stale bool) bool {
 	if t.caps != nil && caps.Generation <= t.caps.Generation {
 		return false
 	}
+	markReadySince(caps, t.caps, t.stale)
 	t.caps, t.view, t.stale = caps, caps, stale
 	if stale {
 		t.view = offlineView(caps)
@@ -747,6 +750,39 @@ func (t *Tracker) installLocked(caps *ServerCapabilities, stale bool) bool {
 	t.publishLocked()
 	t.log.Debug("capabilities: installed", "generation", caps.Generation, "sources", len(caps.Sources), "stale", stale)
 	return true
+}
+
+// markReadySince sets Variant.ReadySince on the READY variants of caps, about to be installed over
+// prev (nil for the first snapshot; wasStale when it is stale). A variant keeps the value it had in
+// prev when caps is the generation right after prev, prev was current, and the variant was READY
+// there too, from the same publisher on the same session: one change lies between them, and it was
+// not this variant's going PENDING. Otherwise its value is caps's generation: across a gap (or a
+// stale spell) the tracker cannot tell a takeover from no change, and says that one may have been.
+func markReadySince(caps, prev *ServerCapabilities, wasStale bool) {
+	next := prev != nil && !wasStale && caps.Generation == prev.Generation+1
+	for i := range caps.Sources {
+		src := &caps.Sources[i]
+		var old Source
+		keep := false
+		if next {
+			old, keep = prev.Source(src.SourceID)
+			keep = keep && old.Online && old.SessionID == src.SessionID
+		}
+		for _, st := range src.Streams {
+			oldSt, _ := old.Stream(st.StreamID) // none when !keep
+			for k := range st.Variants {
+				v := &st.Variants[k]
+				v.ReadySince = 0
+				if !src.Online || v.State != StateReady {
+					continue
+				}
+				v.ReadySince = caps.Generation
+				if was, ok := oldSt.Variant(v.VariantID); keep && ok && was.State == StateReady && was.Publisher == v.Publisher && was.ReadySince != 0 {
+					v.ReadySince = was.ReadySince
+				}
+			}
+		}
+	}
 }
 
 // offlineView returns a copy of caps with every source offline: what readers see of a stale snapshot.

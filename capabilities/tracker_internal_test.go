@@ -50,6 +50,11 @@ func TestSameCapabilities(t *testing.T) {
 	if !sameCapabilities(held, reordered) || !sameCapabilities(reordered, held) {
 		t.Error("the same capabilities listed in another order compare different")
 	}
+	marked := held.Clone() // what the tracker adds is not the media server's
+	marked.Sources[0].Streams[0].Variants[0].ReadySince = 3
+	if !sameCapabilities(held, &marked) || !sameCapabilities(&marked, held) {
+		t.Error("capabilities that differ only in ReadySince compare different")
+	}
 	for name, change := range map[string]func(c *ServerCapabilities){
 		"generation":      func(c *ServerCapabilities) { c.Generation++ },
 		"session":         func(c *ServerCapabilities) { c.Sources[0].SessionID = "s3" },

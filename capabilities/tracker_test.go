@@ -16,7 +16,7 @@ func TestTrackerFirstFetch(t *testing.T) {
 	e := newEnv(t, sim.Options{})
 	tr, _ := e.tracker(capabilities.TrackerOptions{}, nil)
 
-	got, want := tr.Current(), e.sim.Capabilities()
+	got, want := wireView(tr.Current()), e.sim.Capabilities()
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Current() = %+v\nwant %+v", got, want)
 	}
@@ -114,7 +114,7 @@ func TestTrackerFollowsGenerations(t *testing.T) {
 		if _, online, _ := tr.Resolve(step.source); online != step.online {
 			t.Errorf("step %d: %s online %v, want %v", i, step.source, online, step.online)
 		}
-		if !reflect.DeepEqual(tr.Current(), e.sim.Capabilities()) {
+		if !reflect.DeepEqual(wireView(tr.Current()), e.sim.Capabilities()) {
 			t.Errorf("step %d: tracker and simulator differ", i)
 		}
 	}
@@ -283,7 +283,7 @@ func TestWaitReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := capabilities.Variant{VariantID: "browser-h264-720p", Codec: "h264", Width: 1280, Height: 720,
-		State: capabilities.StateReady, Publisher: "alice"}
+		State: capabilities.StateReady, Publisher: "alice", ReadySince: tr.Generation()} // READY at the last change
 	if v != want {
 		t.Errorf("WaitReady = %+v, want %+v", v, want)
 	}

@@ -101,7 +101,10 @@ type job struct {
 	// another source, stream or variant (an empty variant_id is the stream's own) ends it.
 	sourceID, streamID, variantID string
 	gotVariant                    string // the variant the media server gave the subscription
-	stop                          context.CancelFunc
+	// readySince is the variant's ReadySince when the subscription was made: another value now
+	// means a takeover may have ended it unseen (capabilities.Variant.ReadySince).
+	readySince uint64
+	stop       context.CancelFunc
 	// unanswered is set while the withdrawn intent's unsubscribe reaches nobody: the first such
 	// unsubscribe is warned of (and told), the repeats, one a second for as long as the media server
 	// is silent, are logged at Debug, and the answer that ends the outage is told at Info.
@@ -447,11 +450,12 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		// server for good. The job keeps it; the next snapshot decides.
 		return reconciler.Result{}, nil
 	}
-	if j != nil && j.subscriptionID != "" && (!ready || j.sessionID != src.SessionID || j.model != model ||
+	if j != nil && j.subscriptionID != "" && (!ready || j.sessionID != src.SessionID || j.readySince != v.ReadySince || j.model != model ||
 		j.sourceID != in.SourceID || j.streamID != stream.StreamID || j.variantID != in.VariantID) {
 		// The subscription is over (the variant is not READY: its publisher went away, and the media
-		// server ended its subscriptions) or must change (a new session, another model, or the intent
-		// now names another source, stream or variant).
+		// server ended its subscriptions; or READY again after a takeover, seen or not) or must
+		// change (a new session, another model, or the intent now names another source, stream or
+		// variant).
 		// Not given up when ctx ends (the lease's loss, a stop): an unsubscribe not sent would leave
 		// the subscription to nobody.
 		j.stop()
@@ -564,7 +568,7 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	}
 	jctx, stop := context.WithCancel(context.Background())
 	j.subscriptionID, j.sessionID, j.model, j.stop = rep.SubscriptionID, src.SessionID, model, stop
-	j.sourceID, j.streamID, j.variantID, j.gotVariant = in.SourceID, stream.StreamID, in.VariantID, rep.VariantID
+	j.sourceID, j.streamID, j.variantID, j.gotVariant, j.readySince = in.SourceID, stream.StreamID, in.VariantID, rep.VariantID, v.ReadySince
 	// Recorded before anything else: a holder killed from here on leaves the subscription named, for
 	// the next holder (or a worker that sees the intent go) to end.
 	c.report(ctx, req.Key, j, reconciler.ObservedStatus{State: reconciler.StateActive, SubscriptionID: rep.SubscriptionID,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"slices"
@@ -134,19 +135,33 @@ var waitFor = simtest.WaitFor
 
 // The transcoder's publication is taken over (the demo's failover: the standby's start_publication
 // replaces the dead worker's): the media server ends the subscriptions to the variant, and the CV
-// worker subscribes again once the variant is READY.
+// worker subscribes again once the variant is READY. Also when its tracker never sees the PENDING
+// generation (hidden: the announcements are lost; it learns only of the READY one after it, the
+// variant as it was): the worker went on with the ended subscription then, since the snapshots it
+// read showed the variant READY on the same session throughout.
 func TestCVResubscribesAfterPublisherTakeover(t *testing.T) {
-	f := setup(t)
-	f.publish(t)
-	f.cvWorker(t, "cv-1")
-	f.modelIntent(t, "person-detector")
-	waitFor(t, 10*time.Second, "cv subscribed", func() bool { return len(cvSubs(f.Sim)) == 1 })
-	first := cvSubs(f.Sim)[0].ID
-	f.publish(t)
-	waitFor(t, 10*time.Second, "cv subscribed again", func() bool {
-		subs := cvSubs(f.Sim)
-		return len(subs) == 1 && subs[0].ID != first
-	})
+	for _, hidden := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hidden=%v", hidden), func(t *testing.T) {
+			f := setup(t)
+			f.publish(t)
+			f.cvWorker(t, "cv-1")
+			f.modelIntent(t, "person-detector")
+			waitFor(t, 10*time.Second, "cv subscribed", func() bool { return len(cvSubs(f.Sim)) == 1 })
+			first := cvSubs(f.Sim)[0].ID
+			f.Sim.SuppressChanged(hidden)
+			f.publish(t)
+			if hidden {
+				f.Sim.SuppressChanged(false)
+				if err := f.Sim.Announce(); err != nil { // the generation after the gap
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, 10*time.Second, "cv subscribed again", func() bool {
+				subs := cvSubs(f.Sim)
+				return len(subs) == 1 && subs[0].ID != first
+			})
+		})
+	}
 }
 
 // The coordinator assigns another model profile: the worker runs the new one.

@@ -73,6 +73,9 @@ type statusMemo struct{ sig, variantID string }
 type subscription struct {
 	id, sessionID, variantID        string
 	sourceID, streamID, wantVariant string
+	// readySince is the variant's ReadySince when the subscription was made: another value now
+	// means a takeover may have ended it unseen (capabilities.Variant.ReadySince).
+	readySince uint64
 	// unanswered is set while the withdrawn intent's unsubscribe reaches nobody: the first such
 	// unsubscribe is warned of, the repeats (one every endRetry for as long as the media server is
 	// silent) are logged at Debug, and the answer that ends the outage is told at Info.
@@ -384,7 +387,7 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		return reconciler.Result{}, v.status(ctx, req.Key, status)
 	}
 	same := subscribed && cur.sourceID == in.SourceID && cur.streamID == stream.StreamID && cur.wantVariant == in.VariantID
-	if same && cur.sessionID == src.SessionID && live {
+	if same && cur.sessionID == src.SessionID && live && cur.readySince == variant.ReadySince {
 		// Said again in case a stale snapshot made the status pending meanwhile (a rewrite that says
 		// the same is skipped).
 		status.State, status.SubscriptionID, status.VariantID = reconciler.StateActive, cur.id, cur.variantID
@@ -392,7 +395,9 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	}
 	if subscribed {
 		// The source went offline or has a new session, or the variant went away or back to PENDING
-		// (a new publisher took it over): the media server has ended this subscription. Or the intent
+		// (a new publisher took it over), or is READY again after a takeover that the snapshots read
+		// here skipped (its ReadySince moved on): the media server has ended this subscription. Or
+		// the intent
 		// now names another source, stream or variant: this one is not wanted any more. End it, and
 		// subscribe (again) when the variant wanted is READY.
 		// The status says so first: the subscription may be gone already (a restarted media server,
@@ -468,7 +473,7 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	}
 	v.mu.Lock()
 	v.subs[req.Key] = subscription{id: rep.SubscriptionID, sessionID: src.SessionID, variantID: rep.VariantID,
-		sourceID: in.SourceID, streamID: stream.StreamID, wantVariant: in.VariantID}
+		sourceID: in.SourceID, streamID: stream.StreamID, wantVariant: in.VariantID, readySince: variant.ReadySince}
 	v.mu.Unlock()
 	v.cfg.Events("viewer subscribed", req.Key, fmt.Sprintf("%s as %s", rep.VariantID, rep.SubscriptionID))
 	status.State, status.SubscriptionID, status.VariantID = reconciler.StateActive, rep.SubscriptionID, rep.VariantID
