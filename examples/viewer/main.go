@@ -29,7 +29,7 @@ func main() {
 	source := flag.String("source", "front-door", "stable source id")
 	kind := flag.String("kind", "video", "media kind")
 	variant := flag.String("variant", "browser-h264-720p", "the variant to watch")
-	workerID := flag.String("worker-id", fmt.Sprintf("viewer-%d", os.Getpid()), "worker id (two viewers of one principal need two)")
+	workerID := flag.String("worker-id", fmt.Sprintf("viewer-%d", os.Getpid()), "worker id (the holder its statuses name; keep it across restarts)")
 	healthAddr := internal.HealthFlag("")
 	internal.ParseFlags()
 	internal.CheckWorkerFlags(*workerID, nil)
