@@ -547,6 +547,11 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		// never, in time), it would go on saying so.
 		c.report(ctx, req.Key, j, reconciler.ObservedStatus{State: reconciler.StatePending, VariantID: in.VariantID,
 			Message: "subscribing on session " + src.SessionID})
+		if !j.lease.Held() {
+			// Lost while the write hung (a state server that does not answer): looked at again right
+			// before the subscribe, as above.
+			return reconciler.Result{}, nil
+		}
 	}
 	// Not abandoned when a stop or the lease's loss cancels ctx: the media server would still make the
 	// subscription, and nobody would know to end it. The command's own timeout bounds the wait (one

@@ -76,55 +76,76 @@ func TestCVLoneWorkerRunsTheJobAgainAfterTheStateServerHangs(t *testing.T) {
 	}
 }
 
-func loneWorkerAfterAHang(t *testing.T, external bool) {
+// statedEnv is the real stated binary (on an external NATS server when external: a hang of stated
+// then leaves the media server answering), a media simulator with the source src, and a coordinator.
+type statedEnv struct {
+	s       *e2e.Stated
+	sim     *sim.Sim
+	admin   *client.Client
+	co      *coordinator.Coordinator
+	connect func(principal string) *nats.Conn
+}
+
+func newStatedEnv(t *testing.T, external bool) *statedEnv {
 	const pw = "pw"
 	cfg := e2e.Config{Principals: []e2e.Principal{
 		{ID: "coordinator", Admin: true, Password: pw}, {ID: "media", Media: true, Password: pw}, {ID: "cv", Admin: true, Password: pw}}}
 	if external {
 		cfg.NATSURL = natstest.Start(t, natsserver.Options{}).ClientURL()
 	}
-	s := e2e.NewStated(t, cfg)
-	s.Start()
-	connect := func(principal string) *nats.Conn {
+	env := &statedEnv{s: e2e.NewStated(t, cfg)}
+	env.s.Start()
+	env.connect = func(principal string) *nats.Conn {
 		opts := []nats.Option{nats.ReconnectWait(50 * time.Millisecond)}
 		if !external { // an external NATS server has no users
 			opts = append(opts, nats.UserInfo(principal, pw))
 		}
-		nc, err := client.Connect(s.URL(), principal, opts...)
+		nc, err := client.Connect(env.s.URL(), principal, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(nc.Close)
 		return nc
 	}
-	sm := sim.New(connect("media"), sim.Options{Sources: sim.Sources(src)})
+	env.sim = sim.New(env.connect("media"), sim.Options{Sources: sim.Sources(src)})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := sm.Start(ctx); err != nil {
+	if err := env.sim.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(sm.Stop)
-	admin, err := client.New(connect("coordinator"), "coordinator")
-	if err != nil {
+	t.Cleanup(env.sim.Stop)
+	var err error
+	if env.admin, err = client.New(env.connect("coordinator"), "coordinator"); err != nil {
 		t.Fatal(err)
 	}
-	co, err := coordinator.New(admin)
-	if err != nil {
+	if env.co, err = coordinator.New(env.admin); err != nil {
 		t.Fatal(err)
 	}
-	tl := &timeline{}
-	const ttl = time.Second
-	w, err := cv.New(cv.Config{Conn: connect("cv"), Principal: "cv", WorkerID: "cv-1", LeaseTTL: ttl,
-		EventEvery: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), Events: func(kind, _, _ string) { tl.add(kind) }})
+	return env
+}
+
+// run runs a CV worker configured so, and puts the intent it serves: the stream's own variant of
+// src (which no transcoder publishes) with the person-detector model.
+func (env *statedEnv) run(t *testing.T, cfg cv.Config) {
+	w, err := cv.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	simtest.Run(t, w.Run)
 	in := coordinator.SubscribeIntent(src, "video") // no variant: the stream's own
 	in.Parameters = map[string]json.RawMessage{"cv-a": json.RawMessage(`{"model_profile":"person-detector"}`)}
-	if _, err := co.PutIntent(t.Context(), cvNS, intent, in); err != nil {
+	if _, err := env.co.PutIntent(t.Context(), cvNS, intent, in); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func loneWorkerAfterAHang(t *testing.T, external bool) {
+	env := newStatedEnv(t, external)
+	s, sm, admin, connect := env.s, env.sim, env.admin, env.connect
+	tl := &timeline{}
+	const ttl = time.Second
+	env.run(t, cv.Config{Conn: connect("cv"), Principal: "cv", WorkerID: "cv-1", LeaseTTL: ttl,
+		EventEvery: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), Events: func(kind, _, _ string) { tl.add(kind) }})
 
 	// running is the job's subscription when the worker runs it alone under its lease and says so.
 	running := func() (string, string) {

@@ -780,6 +780,11 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 			pst := st
 			pst.State, pst.Message = reconciler.StatePending, "starting the publication on session "+src.SessionID
 			t.writeStatus(ctx, b, key, pst)
+			if !b.lease.Held() {
+				// Lost while the write hung (a state server that does not answer): looked at again
+				// right before the start, as above.
+				return reconciler.Result{RequeueAfter: 100 * time.Millisecond}, nil
+			}
 		}
 		gen := caps.Generation
 		// Not abandoned when a stop cancels ctx: the media server would still make the publication,
