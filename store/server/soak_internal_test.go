@@ -135,6 +135,12 @@ func TestChurnLeavesTheServerWhereItStarted(t *testing.T) {
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
+		// The worker accepted (whichever of the two came first) is in before the cycle ends: the
+		// first cycle's makes the system namespace, which the baseline taken after it must count.
+		natstest.Poll(t, lifeTimeout, "the heartbeat's entry", func() (bool, string) {
+			l, err := e.st.List(ctx, lifeAdmin, wire.ListRequest{Namespace: "system", KeyPrefix: "workers/" + p.ID + "/"})
+			return err == nil && len(l.Entries) == 1, fmt.Sprintf("%d entries (%v)", len(l.Entries), err)
+		})
 		// An admin backup, opened and closed.
 		msg, err := coord.Request(wire.AdminSubject(wire.DefaultPrefix, lifeAdmin.ID, wire.AdminBackup), []byte(`{"step":"open"}`), lifeTimeout)
 		if err != nil {
