@@ -40,8 +40,9 @@
 // in the document are the holder's clock and tell nothing of how long the lease has to run. The
 // holder's clock counts a suspend of its machine (on Linux it is CLOCK_BOOTTIME; Go's monotonic clock
 // stands still through a suspend): a holder resumed after sleeping past its lease's validity finds
-// Held false and Guard void at once, and its renewal loop ends the lease (ErrLost) when it next wakes,
-// within RenewEvery, instead of renewing. The store times deadlines the same way (the wall clock read
+// Held false and Guard void at once, and its renewal loop ends the lease (ErrLost), closing Lost and
+// cancelling Context and an Elector's job, when it next wakes, within RenewEvery/8 (it never sleeps
+// longer, since Go's timers stand still through the suspend), instead of renewing. The store times deadlines the same way (the wall clock read
 // when it opened, advanced by its CLOCK_BOOTTIME), so a step of the state server's wall clock (an NTP
 // step, an operator's date) expires no lease early, whether it ran or was stopped then (its next start
 // on the same boot moves the deadlines with the step). What the safety margin cannot cover is such a

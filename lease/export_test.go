@@ -28,6 +28,7 @@ type TestHooks struct {
 	Wait       func()              // Campaign: each time it starts waiting for the key to be free
 	Held       func()              // Campaign: after each claim refused because the lease is held
 	LastWait   func()              // renewal loop: each time it waits with no renewal due before the deadline
+	Sleep      func(time.Duration) // renewal loop: each time its timer is armed, with how long for
 	Claim      func()              // Campaign: before each claim made once the key looked free
 	HeldWait   func(*client.Cache) // Campaign: before it waits for its cache to reach a refusal's revision
 	Renew      func()              // renewal loop: before each renewal reads the lease's revision
@@ -38,7 +39,7 @@ type TestHooks struct {
 func WithHooks(o Options, h TestHooks) Options {
 	o.onRenewed, o.onRenewReply, o.onGuardWait, o.onWait, o.onHeld = h.Renewed, h.RenewReply, h.GuardWait, h.Wait, h.Held
 	o.onLastWait, o.onClaim, o.onHeldWait = h.LastWait, h.Claim, h.HeldWait
-	o.onRenew, o.onResolved = h.Renew, h.Resolved
+	o.onRenew, o.onResolved, o.onSleep = h.Renew, h.Resolved, h.Sleep
 	return o
 }
 

@@ -395,6 +395,11 @@ func (l *Lease) run(ctx context.Context, claimSent boottime.Instant) {
 	defer t.Stop()
 	next := claimSent.Add(l.o.RenewEvery)
 	retry := max(l.o.RenewEvery/4, time.Millisecond)
+	// The longest the loop sleeps. Go's timers run on the monotonic clock, which stands still
+	// through a suspend of the machine, while the lease's clock does not: a loop asleep until its
+	// next renewal would end a lease that a suspend left not Held (and cancel Context and an
+	// Elector's job) only up to RenewEvery after the resume. Woken this often, it ends it soon after.
+	poll := max(l.o.margin()/4, 10*time.Millisecond)
 	for {
 		l.mu.Lock()
 		deadline := l.validUntil
@@ -402,7 +407,11 @@ func (l *Lease) run(ctx context.Context, claimSent boottime.Instant) {
 		if !next.Before(deadline) && l.o.onLastWait != nil {
 			l.o.onLastWait()
 		}
-		t.Reset(earlier(next, deadline).Sub(l.o.now()))
+		sleep := min(earlier(next, deadline).Sub(l.o.now()), poll)
+		t.Reset(sleep)
+		if l.o.onSleep != nil {
+			l.o.onSleep(sleep)
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -72,6 +72,7 @@ type Options struct {
 	onWait       func()                  // Campaign: each time it starts waiting for the key to be free
 	onHeld       func()                  // Campaign: after each claim refused because the lease is held
 	onLastWait   func()                  // renewal loop: each time it waits with no renewal due before the deadline
+	onSleep      func(time.Duration)     // renewal loop: each time its timer is armed, with how long for
 	onClaim      func()                  // Campaign: before each claim made once the key looked free
 	onHeldWait   func(*client.Cache)     // Campaign: before it waits for its cache to reach a refusal's revision
 	onRenew      func()                  // renewal loop: before each renewal reads the lease's revision
