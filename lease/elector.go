@@ -120,7 +120,7 @@ func (e *Elector) Run(ctx context.Context) error {
 // lead runs one term on l.
 func (e *Elector) lead(ctx context.Context, l *Lease) {
 	defer e.release(ctx, l)
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || !l.Held() { // a claim answered too late to be of use: no term
 		return
 	}
 	jobCtx, cancel := context.WithCancel(ctx)
