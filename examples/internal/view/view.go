@@ -338,13 +338,21 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 			delete(v.subs, req.Key)
 			v.mu.Unlock()
 			v.ended(ctx, req.Key, cur, "intent no longer desired")
-		} else if last, ok := v.reportedMemo(req.Key); ok { // a pending status would say the viewer still waits
+		} else if last, found := v.reportedMemo(req.Key); found { // a pending status would say the viewer still waits
 			variantID := in.VariantID
 			if variantID == "" {
 				variantID = last.variantID // deleted: the one the status named
 			}
-			return reconciler.Result{}, v.status(ctx, req.Key, reconciler.ObservedStatus{SubjectKey: req.Key, State: reconciler.StateStopped,
-				ObservedAtMs: time.Now().UnixMilli(), Message: "intent no longer desired", VariantID: variantID})
+			if err := v.status(ctx, req.Key, reconciler.ObservedStatus{SubjectKey: req.Key, State: reconciler.StateStopped,
+				ObservedAtMs: time.Now().UnixMilli(), Message: "intent no longer desired", VariantID: variantID}); err != nil {
+				return reconciler.Result{}, err
+			}
+		}
+		if !ok {
+			// Deleted, and its status says so: nothing more is written for it. What this process
+			// remembers of it goes with it, or a viewer that runs for months would hold every intent
+			// ever seen. Should the key come back, its status is read afresh (endLeftover).
+			v.forget(req.Key)
 		}
 		return reconciler.Result{}, nil
 	}
@@ -478,6 +486,14 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 	v.cfg.Events("viewer subscribed", req.Key, fmt.Sprintf("%s as %s", rep.VariantID, rep.SubscriptionID))
 	status.State, status.SubscriptionID, status.VariantID = reconciler.StateActive, rep.SubscriptionID, rep.VariantID
 	return reconciler.Result{}, v.status(ctx, req.Key, status)
+}
+
+// forget drops what the viewer remembers of the intent key, once it is deleted and ended.
+func (v *Viewer) forget(key string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.lastStatus, key)
+	delete(v.looked, key)
 }
 
 // reportedMemo returns the last status written of the intent, if there is one and it does not say
