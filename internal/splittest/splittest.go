@@ -128,12 +128,16 @@ func (e *Env) Cut(t testing.TB) {
 func (e *Env) Freeze(testing.TB) { e.Cluster.RouteLink().Freeze() }
 
 // Mend mends the route (after a cut or a freeze) and waits until the cluster routes again. A frozen
-// route dropped bytes of its stream, so it is thawed and connected afresh.
+// route dropped bytes of its stream, so it is connected afresh: its connections are cut while still
+// frozen, and only then is the link thawed. Thawed first, the old connections would pass what the
+// nodes send until the cut (a worker's heartbeat, say), and the cut would then part the nodes again
+// until the route reconnects (nats-server's route reconnect delay, 1 s): a state server would take
+// that one message and then hear nothing, longer than a worker entry's 1 s TTL.
 func (e *Env) Mend(t testing.TB) {
 	t.Helper()
 	link := e.Cluster.RouteLink()
+	link.Cut() // no-op after a cut; drops the frozen connections before any byte passes again
 	link.Thaw()
-	link.Cut() // no-op after a cut
 	link.Mend()
 	e.Cluster.WaitFormed()
 }
