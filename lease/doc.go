@@ -36,19 +36,19 @@
 // Clocks: leases rely on the local clock's rate matching the store's, not on their readings. The
 // holder times its lease on its own clock from the send of each claim or renewal, never from the
 // entry's expires_at_ms (a time of the store's clock, which may be minutes off this host's), and a
-// standby waits for the store's DELETE or EXPIRE, never for a time; claimed_at_ms and renewed_at_ms
-// in the document are the holder's clock and tell nothing of how long the lease has to run. The
-// holder's clock counts a suspend of its machine (on Linux it is CLOCK_BOOTTIME; Go's monotonic clock
-// stands still through a suspend): a holder resumed after sleeping past its lease's validity finds
-// Held false and Guard void at once, and its renewal loop ends the lease (ErrLost), closing Lost and
-// cancelling Context and an Elector's job, when it next wakes, within RenewEvery/8 (it never sleeps
-// longer, since Go's timers stand still through the suspend), instead of renewing. The store times deadlines the same way (the wall clock read
-// when it opened, advanced by its CLOCK_BOOTTIME), so a step of the state server's wall clock (an NTP
-// step, an operator's date) expires no lease early, whether it ran or was stopped then (its next start
-// on the same boot moves the deadlines with the step). What the safety margin cannot cover is such a
-// step across a reboot of the state server's machine, where only the wall clock tells the time between:
-// a lease whose deadline the step passed is expired at that start, and Held, and an Elector's job, may
-// go on until the holder's next renewal (due within RenewEvery) is refused. The store's guard still
-// refuses every write of the former holder (Put, Delete, SaveOffset); work it does outside the store is
-// not fenced.
+// standby waits for the store's DELETE or EXPIRE, never for a time; claimed_at_ms and renewed_at_ms in
+// the document are the holder's clock and tell nothing of how long the lease has to run. The holder's
+// clock counts a suspend of its machine (on Linux it is CLOCK_BOOTTIME; Go's monotonic clock stands
+// still through a suspend): a holder resumed after sleeping past its lease's validity finds Held false
+// and Guard void at once, and its renewal loop ends the lease (ErrLost), closing Lost and cancelling
+// Context and an Elector's job, when it next wakes, within RenewEvery/8 (it never sleeps longer, since
+// Go's timers stand still through the suspend), instead of renewing. The store times deadlines the
+// same way (the wall clock read when it opened, advanced by its CLOCK_BOOTTIME), so a step of the
+// state server's wall clock (an NTP step, an operator's date) expires no lease early, whether it ran
+// or was stopped then (its next start on the same boot moves the deadlines with the step). What the
+// safety margin cannot cover is such a step across a reboot of the state server's machine, where only
+// the wall clock tells the time between: a lease whose deadline the step passed is expired at that
+// start, and Held, and an Elector's job, may go on until the holder's next renewal (due within
+// RenewEvery) is refused. The store's guard still refuses every write of the former holder (Put,
+// Delete, SaveOffset); work it does outside the store is not fenced.
 package lease

@@ -42,9 +42,10 @@ type SettingsState struct {
 // at; revisions never go back. While the store runs, watchers get each change as an ordinary update
 // and each is audited (SettingsFilePrincipal); at Open, nobody watches yet, and the changes are
 // audited the same way and logged. For that the database records, with each settings write, the
-// revision and a digest of every entry it served (see planSettings for the exact rules). A state that does not load, or holds an entry
-// the store would not serve, is refused with the reason: a reload then changes nothing, and a write to
-// the namespace answers STORAGE, changing nothing, until it is put right.
+// revision and a digest of every entry it served (see planSettings for the exact rules). A state that
+// does not load, or holds an entry the store would not serve, is refused with the reason: a reload
+// then changes nothing, and a write to the namespace answers STORAGE, changing nothing, until it is
+// put right.
 type SettingsBackend interface {
 	Load() (SettingsState, error)
 	Save(SettingsState) error

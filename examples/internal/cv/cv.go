@@ -536,22 +536,18 @@ func (c *Worker) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		ctx, cancel = l.Context(ctx)
 		defer cancel()
 	}
-	if !j.lease.Held() {
-		// Lost while a command was under way: a subscribe now would run the job beside the new
-		// holder's. The loss re-enqueues the intent, which lets the job go.
-		return reconciler.Result{}, nil
-	}
-	if j.reported != "" || claimedOver {
+	if j.lease.Held() && (j.reported != "" || claimedOver) {
 		// The status names what is gone (a subscription ended above, a gone holder's ended at the
 		// claim): until the subscribe is answered, which a slow media server takes its time over (or
 		// never, in time), it would go on saying so.
 		c.report(ctx, req.Key, j, reconciler.ObservedStatus{State: reconciler.StatePending, VariantID: in.VariantID,
 			Message: "subscribing on session " + src.SessionID})
-		if !j.lease.Held() {
-			// Lost while the write hung (a state server that does not answer): looked at again right
-			// before the subscribe, as above.
-			return reconciler.Result{}, nil
-		}
+	}
+	if !j.lease.Held() {
+		// Lost while a command was under way, or while the report above hung (a state server that
+		// does not answer): a subscribe now would run the job beside the new holder's. Looked at
+		// right before the subscribe. The loss re-enqueues the intent, which lets the job go.
+		return reconciler.Result{}, nil
 	}
 	// Not abandoned when a stop or the lease's loss cancels ctx: the media server would still make the
 	// subscription, and nobody would know to end it. The command's own timeout bounds the wait (one

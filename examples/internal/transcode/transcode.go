@@ -768,23 +768,20 @@ func (t *Transcoder) publish(ctx context.Context, key string, in reconciler.Medi
 			// A capability change (the failed publication's own stop, say) does not cut the pause short.
 			return reconciler.Result{RequeueAfter: wait}, nil
 		}
-		if !b.lease.Held() {
-			// Lost while stopping, say: a start now would take the variant over from the new holder
-			// (same principal). The loss re-enqueues the intent; claim then stops what is ours.
-			return reconciler.Result{RequeueAfter: 100 * time.Millisecond}, nil
-		}
-		if t.lastNamesPublication(key) {
+		if b.lease.Held() && t.lastNamesPublication(key) {
 			// The status reports a publication that is gone (the media server restarted, the source
 			// reconnected, the variant went) or being replaced: until the start below is answered,
 			// which a slow media server takes its time over, it would go on saying so.
 			pst := st
 			pst.State, pst.Message = reconciler.StatePending, "starting the publication on session "+src.SessionID
 			t.writeStatus(ctx, b, key, pst)
-			if !b.lease.Held() {
-				// Lost while the write hung (a state server that does not answer): looked at again
-				// right before the start, as above.
-				return reconciler.Result{RequeueAfter: 100 * time.Millisecond}, nil
-			}
+		}
+		if !b.lease.Held() {
+			// Lost while stopping, say, or while the write above hung (a state server that does not
+			// answer): a start now would take the variant over from the new holder (same principal).
+			// Looked at right before the start. The loss re-enqueues the intent; claim then stops
+			// what is ours.
+			return reconciler.Result{RequeueAfter: 100 * time.Millisecond}, nil
 		}
 		gen := caps.Generation
 		// Not abandoned when a stop cancels ctx: the media server would still make the publication,

@@ -405,9 +405,8 @@ func (v *Viewer) Reconcile(ctx context.Context, req reconciler.Request) (reconci
 		// The source went offline or has a new session, or the variant went away or back to PENDING
 		// (a new publisher took it over), or is READY again after a takeover that the snapshots read
 		// here skipped (its ReadySince moved on): the media server has ended this subscription. Or
-		// the intent
-		// now names another source, stream or variant: this one is not wanted any more. End it, and
-		// subscribe (again) when the variant wanted is READY.
+		// the intent now names another source, stream or variant: this one is not wanted any more.
+		// End it, and subscribe (again) when the variant wanted is READY.
 		// The status says so first: the subscription may be gone already (a restarted media server,
 		// a source reconnected), and an unsubscribe (or the subscribe after it) that a slow media
 		// server takes its time over would leave "active" standing for it meanwhile. It still names
