@@ -3,7 +3,8 @@
 // a coordinator, two transcoders, a viewer and a computer-vision worker; writes a publish intent and a
 // subscription intent; narrates each step with a timestamp, in the order the steps happen; then
 // kills the active transcoder and shows the standby taking over once the lease expires. It exits 0
-// when the standby's publication is READY; Ctrl-C, SIGTERM or SIGHUP (its terminal closed) before that
+// once the standby's publication is READY and the viewer and the CV worker have subscribed to it
+// again; Ctrl-C, SIGTERM or SIGHUP (its terminal closed) before that
 // stops everything, removes the data directory and exits 130. --keep leaves everything running for
 // exploring with statectl (then Ctrl-C ends it, exit 0).
 package main
