@@ -104,6 +104,10 @@ type Server struct {
 
 	mu         sync.RWMutex
 	principals map[string]policy.Principal
+	// writing is held shared by every put and delete from the resolution of its principal until the
+	// store has answered it; SetPrincipals takes it exclusively, so that no write authorised under
+	// the principals it replaces commits after it returns.
+	writing sync.RWMutex
 
 	svc   micro.Service
 	hbSub *nats.Subscription
@@ -234,12 +238,15 @@ func (s *Server) setPrincipals(ps []policy.Principal) error {
 // or was removed, are closed with UNAUTHORIZED before it returns. The store learns the new principals
 // first, in one step with those closes, so no update reaches a watch after its principal lost
 // permission and no watch registers with a permission it no longer has; requests then see the new set.
-// What the server kept about a removed principal (its refused-heartbeat warning) is forgotten.
+// A put or delete authorised under the old set is committed (or refused) before it returns, never
+// after: it waits for those in flight, and holds new ones back meanwhile. What the server kept about a removed principal (its refused-heartbeat warning) is forgotten.
 func (s *Server) SetPrincipals(ps []policy.Principal) error {
 	m, err := principalMap(ps)
 	if err != nil {
 		return err
 	}
+	s.writing.Lock()
+	defer s.writing.Unlock()
 	s.st.ReloadPrincipals(func(id string) (policy.Principal, bool) {
 		p, ok := m[id]
 		return p, ok
@@ -983,6 +990,10 @@ func (s *Server) dispatch(op wire.Op, req micro.Request) (int64, wire.Result, fu
 	}
 	if op == wire.OpInfo && len(data) == 0 {
 		data = []byte("{}")
+	}
+	if op == wire.OpPut || op == wire.OpDelete {
+		s.writing.RLock()
+		defer s.writing.RUnlock()
 	}
 	p, ok := s.Principal(toks[0])
 	if !ok {
