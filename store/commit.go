@@ -384,9 +384,12 @@ func (st *stage) stagePut(m *mutation) (*wire.Entry, error) {
 			return nil, wire.RevisionError(wire.CodeConflict, cur.Revision, "%s is at revision %d, not %d", m.key, cur.Revision, exp)
 		}
 	}
-	b := st.s.opts.Bounds
+	b := st.s.Bounds()
 	n := st.ns(m.ns)
 	size := int64(len(m.doc))
+	if size > b.MaxDocumentBytes { // Put checked it, unless LowerQuotas lowered the bound since
+		return nil, wire.Errorf(wire.CodeTooLarge, "document is %d bytes (max_document_bytes %d)", size, b.MaxDocumentBytes)
+	}
 	var prevSize int64
 	if cur == nil {
 		if n.count+1 > b.MaxEntriesPerNamespace {

@@ -142,8 +142,8 @@ func (s *Store) put(ctx context.Context, m *mutation, owner string, req wire.Put
 		}
 		m.ttlMs = min(ttl, MaxTTLMs)
 	}
-	if int64(len(doc)) > s.opts.Bounds.MaxDocumentBytes {
-		return wire.Entry{}, wire.Errorf(wire.CodeTooLarge, "document is %d bytes (max_document_bytes %d)", len(doc), s.opts.Bounds.MaxDocumentBytes)
+	if limit := s.Bounds().MaxDocumentBytes; int64(len(doc)) > limit {
+		return wire.Entry{}, wire.Errorf(wire.CodeTooLarge, "document is %d bytes (max_document_bytes %d)", len(doc), limit)
 	}
 	// Hashed here, in parallel, not in the serial commit: the audit record's digest, and the key under
 	// which the schema registry remembers documents that passed.

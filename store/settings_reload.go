@@ -180,7 +180,7 @@ func (st *stage) stageReloads(reloads map[string]*settingsReload) {
 // checkReloadBounds reports whether the changes of the namespaces named, staged in that order, keep
 // max_total_value_bytes and max_namespaces; if not, it fails the first that does not fit.
 func (st *stage) checkReloadBounds(names []string, reloads map[string]*settingsReload) bool {
-	b := st.s.opts.Bounds
+	b := st.s.Bounds()
 	total, liveNS := st.total, st.liveNS
 	for _, ns := range names {
 		r := reloads[ns]
@@ -340,7 +340,7 @@ func (s *Store) CheckSettings(ns string, sb SettingsBackend) error {
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	b := s.opts.Bounds
+	b := s.Bounds()
 	if sp := s.spaces[ns]; sp != nil && sp.count() > 0 {
 		return fmt.Errorf("settings namespace %s holds %d entries in the database: a settings-backed namespace's entries live in its file; delete them first",
 			ns, sp.count())

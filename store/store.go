@@ -30,8 +30,11 @@ type Store struct {
 	be      backend
 	reason  error                 // non-nil: unavailable
 	halted  atomic.Pointer[error] // set: stopped serving after a commit of unknown outcome (halt)
-	haltCh  chan struct{}         // closed when halted is set
-	epoch   string
+	// quota, once set (LowerQuotas), holds the bounds writes are admitted under: opts.Bounds with
+	// quota bounds a reload lowered.
+	quota  atomic.Pointer[wire.Bounds]
+	haltCh chan struct{} // closed when halted is set
+	epoch  string
 
 	// mu guards the memory state below. The committer is its only writer; it reads without the lock
 	// and takes it exclusively to apply a commit and fan it out. Readers take it shared.
@@ -209,13 +212,13 @@ func (s *Store) loadSettings(ns string, sb SettingsBackend) (uint64, error) {
 	for _, e := range rd.entries {
 		s.index(sp, e)
 	}
-	if s.totalBytes > s.opts.Bounds.MaxTotalValueBytes {
+	if s.totalBytes > s.Bounds().MaxTotalValueBytes {
 		return 0, fmt.Errorf("settings namespace %s: total bytes over max_total_value_bytes", ns)
 	}
 	// A settings namespace holding entries is one of max_namespaces, as it is for every put (SPEC
 	// section 8); the database's own namespaces were counted against the bound before.
-	if s.liveNamespaces > s.opts.Bounds.MaxNamespaces {
-		return 0, fmt.Errorf("settings namespace %s: %d namespaces hold entries, over max_namespaces %d", ns, s.liveNamespaces, s.opts.Bounds.MaxNamespaces)
+	if s.liveNamespaces > s.Bounds().MaxNamespaces {
+		return 0, fmt.Errorf("settings namespace %s: %d namespaces hold entries, over max_namespaces %d", ns, s.liveNamespaces, s.Bounds().MaxNamespaces)
 	}
 	return rd.state.Revision, nil
 }
@@ -236,7 +239,7 @@ func (s *Store) readSettings(ns string, sb SettingsBackend) (*settingsRead, erro
 	if err != nil {
 		return nil, fmt.Errorf("settings namespace %s: %w", ns, err)
 	}
-	if int64(len(st.Entries)) > s.opts.Bounds.MaxEntriesPerNamespace {
+	if int64(len(st.Entries)) > s.Bounds().MaxEntriesPerNamespace {
 		return nil, fmt.Errorf("settings namespace %s holds %d entries, over max_entries_per_namespace", ns, len(st.Entries))
 	}
 	rd := &settingsRead{state: st, entries: make([]*wire.Entry, 0, len(st.Entries))}
@@ -255,7 +258,7 @@ func (s *Store) readSettings(ns string, sb SettingsBackend) (*settingsRead, erro
 			return nil, fmt.Errorf("settings namespace %s: entry %s has revision %d, namespace is at %d", ns, e.Key, e.Revision, st.Revision)
 		}
 		doc, err := wire.CompactDocument(e.Document)
-		if err != nil || int64(len(doc)) > s.opts.Bounds.MaxDocumentBytes {
+		if err != nil || int64(len(doc)) > s.Bounds().MaxDocumentBytes {
 			return nil, fmt.Errorf("settings namespace %s: entry %s has an invalid document", ns, e.Key)
 		}
 		if err := s.schemas.Validate(e.Schema, ns, doc); err != nil {
@@ -417,11 +420,85 @@ func (s *Store) Info() wire.Info {
 	if s.serving() == nil {
 		features = append(features, wire.FeatureStateStore)
 	}
-	return wire.Info{ServerID: s.opts.ServerID, Version: s.opts.Version, Epoch: s.epoch, Features: features, Bounds: s.opts.Bounds}
+	return wire.Info{ServerID: s.opts.ServerID, Version: s.opts.Version, Epoch: s.epoch, Features: features, Bounds: s.Bounds()}
 }
 
-// Bounds returns the bounds in force.
-func (s *Store) Bounds() wire.Bounds { return s.opts.Bounds }
+// Bounds returns the bounds in force: those the store opened with, and the quota bounds LowerQuotas
+// lowered since in their place.
+func (s *Store) Bounds() wire.Bounds {
+	if q := s.quota.Load(); q != nil {
+		return *q
+	}
+	return s.opts.Bounds
+}
+
+// LowerQuotas applies to every write admitted from now on each quota bound of b that is lower than the
+// one in force: max_document_bytes, max_entries_per_namespace, max_namespaces and
+// max_total_value_bytes (b's other bounds, and a quota bound of b that is not lower, change nothing).
+// A store over its bounds is not served when it opens (SPEC section 10), so a reload whose bounds
+// take effect at the next start applies its lowered quotas at once: the store never grows past what
+// that start serves. It refuses, changing nothing, when the store already holds more than the lowered
+// bounds allow, naming what. Commits wait while it checks, so no write admitted under the old bounds
+// commits after it returns. A store that is not served holds nothing to check.
+func (s *Store) LowerQuotas(b wire.Bounds) error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	cur := s.Bounds()
+	q := cur
+	q.MaxDocumentBytes = min(q.MaxDocumentBytes, b.MaxDocumentBytes)
+	q.MaxEntriesPerNamespace = min(q.MaxEntriesPerNamespace, b.MaxEntriesPerNamespace)
+	q.MaxNamespaces = min(q.MaxNamespaces, b.MaxNamespaces)
+	q.MaxTotalValueBytes = min(q.MaxTotalValueBytes, b.MaxTotalValueBytes)
+	if q == cur {
+		return nil
+	}
+	if s.serving() == nil {
+		if err := s.holdsWithin(q, q.MaxDocumentBytes < cur.MaxDocumentBytes); err != nil {
+			return err
+		}
+	}
+	s.quota.Store(&q)
+	return nil
+}
+
+// holdsWithin reports what the store holds beyond the quota bounds of b: the counts and bytes Open
+// validates, and with docs each document's size.
+func (s *Store) holdsWithin(b wire.Bounds, docs bool) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.totalBytes > b.MaxTotalValueBytes {
+		return fmt.Errorf("the store holds %d bytes of documents, over max_total_value_bytes %d", s.totalBytes, b.MaxTotalValueBytes)
+	}
+	if s.liveNamespaces > b.MaxNamespaces {
+		return fmt.Errorf("%d namespaces hold entries, over max_namespaces %d", s.liveNamespaces, b.MaxNamespaces)
+	}
+	names := make([]string, 0, len(s.spaces))
+	for name := range s.spaces {
+		names = append(names, name)
+	}
+	sort.Strings(names) // the first namespace over, in a stable order
+	for _, name := range names {
+		if n := int64(s.spaces[name].count()); n > b.MaxEntriesPerNamespace {
+			return fmt.Errorf("namespace %q holds %d entries, over max_entries_per_namespace %d", name, n, b.MaxEntriesPerNamespace)
+		}
+	}
+	if !docs {
+		return nil
+	}
+	var err error
+	for _, name := range names {
+		s.spaces[name].ascend(func(e *wire.Entry) bool {
+			if n := int64(len(e.Document)); n > b.MaxDocumentBytes {
+				err = fmt.Errorf("entry %s:%s holds a document of %d bytes, over max_document_bytes %d", e.Namespace, e.Key, n, b.MaxDocumentBytes)
+			}
+			return err == nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // Schemas returns the schema registry the store validates with.
 func (s *Store) Schemas() *schema.Registry { return s.schemas }

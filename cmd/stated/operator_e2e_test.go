@@ -250,7 +250,9 @@ func TestE2EDataDirNotWritable(t *testing.T) {
 // SIGHUP of a file that lowered max_entries_per_namespace under what a namespace holds logged only
 // "bounds changed in the file; they take effect at the next restart", naming no bound, and the next
 // restart served nothing. Such a file is refused, as one whose bounds NATS could not carry is, with
-// the namespace and the bound named; a bound changed within what the store holds is named as waiting.
+// the namespace and the bound named; a bound changed within what the store holds is named as waiting,
+// and a lowered quota bound applies to writes at once: writers could otherwise take the store past it
+// before the restart.
 func TestE2ESighupBoundsBelowUsage(t *testing.T) {
 	s := startStated(t)
 	coord, _ := conn(t, s, "coordinator")
@@ -291,6 +293,16 @@ func TestE2ESighupBoundsBelowUsage(t *testing.T) {
 		if !strings.Contains(s.Logs()[mark:], want) {
 			t.Errorf("the reload does not name the bound waiting for a restart (%q):\n%s", want, s.Logs()[mark:])
 		}
+	}
+	// The lowered quota applies to writes at once, so the store cannot grow past what the next start
+	// serves; info says so. The other bound waits.
+	if r := request(t, coord, "coordinator", wire.OpPut, `{"namespace":"service/tx","key":"d","schema":"keeppeek.lease.v1","document":`+leaseDoc+`}`); r.OK ||
+		r.Error == nil || r.Error.Code != wire.CodeQuotaExceeded {
+		t.Fatalf("a fourth entry in service/tx after a SIGHUP lowered max_entries_per_namespace to 3: %+v, want QUOTA_EXCEEDED", r)
+	}
+	if r := request(t, coord, "coordinator", wire.OpInfo, `{}`); !r.OK || r.Bounds == nil ||
+		r.Bounds.MaxEntriesPerNamespace != 3 || r.Bounds.MaxPendingUpdates != 32 {
+		t.Fatalf("info after the SIGHUP: %+v, want max_entries_per_namespace 3 and max_pending_updates still 32", r.Bounds)
 	}
 	// And the next start serves the store.
 	if code := s.Term(); code != 0 {

@@ -661,8 +661,9 @@ func natsLogging(logger *slog.Logger, fits *atomic.Pointer[func() error]) []nats
 // users and permissions on the embedded server, and the server's principals (closing watches that
 // lost permission). A file LoadConfig refuses, whose bounds the NATS server could not carry (the next
 // start would fail on them) or the store already holds more than (the next start would not serve it:
-// boundsBelowUsage), or whose settings sections the store refuses (an entry that fails its
-// schema, a bound passed) is refused whole: nothing is applied.
+// store.LowerQuotas, which applies lowered quota bounds to writes at once), or whose settings
+// sections the store refuses (an entry that fails its schema, a bound passed) is refused whole:
+// nothing is applied.
 func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, st *store.Store, internalPassword string, logger *slog.Logger) {
 	if cfg.Path() == "" {
 		logger.Info("SIGHUP: no configuration file to reload")
@@ -695,13 +696,6 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, st *store.St
 		// bounds wait for the next restart, which would fail on them.
 		err = srv.CheckBounds(nb)
 	}
-	if err == nil && nb != cb {
-		// Nor would the next start serve a store that holds more than the bounds allow.
-		if err = boundsBelowUsage(context.Background(), st, cb, nb); err != nil {
-			err = fmt.Errorf("%w: the next start would not serve the store (every operation UNAVAILABLE); "+
-				"remove entries first, or keep the bound", err)
-		}
-	}
 	if err != nil {
 		logger.Error("SIGHUP: configuration not reloaded", "err", fmt.Errorf("config %s: bounds: %w", cfg.Path(), err))
 		return
@@ -715,7 +709,8 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, st *store.St
 		next.SubjectPrefix = cfg.SubjectPrefix
 	}
 	if changed := changedBounds(cb, nb); len(changed) > 0 {
-		logger.Warn("SIGHUP: bounds changed in the file, in effect at the next restart: " + strings.Join(changed, ", "))
+		logger.Warn("SIGHUP: bounds changed in the file, in effect at the next restart (a lowered max_document_bytes, " +
+			"max_entries_per_namespace, max_namespaces or max_total_value_bytes applies to writes at once): " + strings.Join(changed, ", "))
 	}
 	// A key the command line overrides is not promised for the next restart: one with the same
 	// command line keeps the flag's value.
@@ -751,6 +746,14 @@ func reload(cfg *Config, ns *natsserver.Server, srv *server.Server, st *store.St
 	if err := checkNewSettings(cfg, next, st); err != nil {
 		// The sections added wait for the next start, which would not serve the store with them.
 		logger.Error("SIGHUP: configuration not reloaded", "err", fmt.Errorf("config %s: %w: the next start would not serve the store (every operation UNAVAILABLE)", cfg.Path(), err))
+		return
+	}
+	// Nor would the next start serve a store that holds more than the bounds allow: lowered quota
+	// bounds apply to writes from now on, so that the store never grows past them; a store that
+	// already holds more is refused.
+	if err := st.LowerQuotas(nb); err != nil {
+		logger.Error("SIGHUP: configuration not reloaded", "err", fmt.Errorf("config %s: bounds: %w: the next start would not serve the store "+
+			"(every operation UNAVAILABLE); remove entries first, or keep the bound", cfg.Path(), err))
 		return
 	}
 	if !reloadSettings(cfg, st, logger) {
