@@ -77,7 +77,7 @@ func TestChaos(t *testing.T) {
 			t.Logf("chaos seed %d: replay with CHAOS_SEED=%d go test ./examples/acceptance -run TestChaos", seed, seed)
 		}
 	})
-	c := newChaos(t, seed)
+	c := newChaos(t, seed, chaosWorkers)
 	c.run()
 }
 
@@ -115,6 +115,7 @@ type chaos struct {
 	maxPubs    int      // most publications of one source in any sample outside a stall
 	samples    int
 
+	workers  []string              // every worker process's id, in the order their logs are shown
 	procs    map[string]*chaosProc // worker id -> its running process; nil while it is down
 	intents  map[string]wire.Entry // intent key -> the entry of our latest write
 	steps    []string
@@ -129,10 +130,11 @@ type chaos struct {
 	doubleFor, doubleAfterWake []time.Duration
 }
 
-func newChaos(t *testing.T, seed uint64) *chaos {
+// newChaos starts stated, the simulator and a transcoder process for each of workers (ids cx-...).
+func newChaos(t *testing.T, seed uint64, workers []string) *chaos {
 	s := startStated(t, "")
 	c := &chaos{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), ns: "service/" + chaosService,
-		procs: map[string]*chaosProc{}, intents: map[string]wire.Entry{}}
+		workers: slices.Clone(workers), procs: map[string]*chaosProc{}, intents: map[string]wire.Entry{}}
 	c.e = &env{stated: s, adminConn: connect(t, s, "coordinator")}
 	var err error
 	if c.e.admin, err = client.New(c.e.adminConn, "coordinator"); err != nil {
@@ -150,13 +152,13 @@ func newChaos(t *testing.T, seed uint64) *chaos {
 		c.mu.Unlock()
 		r.s.Stop() // before the media connection closes (cleanups are LIFO)
 	})
-	for _, id := range chaosWorkers {
+	for _, id := range workers {
 		c.startProc(id)
 	}
 	// Every worker competes from the first intent on.
-	workers := followAcked(t, c.e.admin, "cx-workers", "system", "workers/transcoder-a/cx-")
-	for _, id := range chaosWorkers {
-		workers.waitFor(t, 0, id+"'s first heartbeat", func(m wire.WatchMessage) bool {
+	beats := followAcked(t, c.e.admin, "cx-workers", "system", "workers/transcoder-a/cx-")
+	for _, id := range workers {
+		beats.waitFor(t, 0, id+"'s first heartbeat", func(m wire.WatchMessage) bool {
 			return m.Kind == wire.UpdatePut && m.Key == wire.WorkerKey("transcoder-a", id)
 		})
 	}
@@ -237,7 +239,7 @@ func (c *chaos) fatalf(format string, args ...any) {
 
 func (c *chaos) logs() string {
 	var b strings.Builder
-	for _, id := range chaosWorkers {
+	for _, id := range c.workers {
 		if p := c.procs[id]; p != nil {
 			out := p.out.String()
 			if len(out) > 6000 {
@@ -445,6 +447,11 @@ func variantOf(caps capabilities.ServerCapabilities, source, variant string) (ca
 // settle waits until check holds, re-checking at each update of the service namespace (and every
 // 100 ms: a media server's change reaches no watch), for at most within; it returns how long it took.
 func (c *chaos) settle(what string, within time.Duration) time.Duration {
+	return c.settleOn(c.check, what, within)
+}
+
+// settleOn is settle with another check (why the system is not settled, "" when it is).
+func (c *chaos) settleOn(check func(context.Context) string, what string, within time.Duration) time.Duration {
 	start := time.Now()
 	deadline := time.NewTimer(within)
 	defer deadline.Stop()
@@ -456,7 +463,7 @@ func (c *chaos) settle(what string, within time.Duration) time.Duration {
 		changed := c.state.notify
 		c.state.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		last = c.check(ctx)
+		last = check(ctx)
 		cancel()
 		if last == "" {
 			return time.Since(start)
@@ -608,32 +615,13 @@ func (c *chaos) blows(n int) {
 		case k < 2:
 			c.changeIntent()
 		case k == 2:
-			var up []string
-			for _, id := range chaosWorkers {
-				if c.procs[id] != nil {
-					up = append(up, id)
-				}
-			}
-			if len(up) < 2 { // one stays to serve
+			if id, ok := c.killOne(n, chaosWorkers, c.startProc); !ok {
 				c.changeIntent()
-				break
-			}
-			id := up[c.rng.IntN(len(up))]
-			sig := []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM}[c.rng.IntN(2)]
-			c.step("step %d: %v %s", n, sig, id)
-			c.signal(id, sig)
-			if c.rng.IntN(2) == 0 {
-				c.step("step %d: restart %s", n, id)
-				c.startProc(id)
-			} else {
+			} else if id != "" {
 				down = append(down, id)
 			}
 		default:
-			c.step("step %d: simulator stopped", n)
-			c.stopSim()
-			c.pause(time.Second)
-			c.startSim(c.runs[len(c.runs)-1].s.Generation())
-			c.step("step %d: simulator started", n)
+			c.bounceSim(n)
 		}
 		c.pause(300 * time.Millisecond)
 	}
@@ -647,6 +635,40 @@ func (c *chaos) blows(n int) {
 		c.step("step %d: restart %s", n, id)
 		c.startProc(id)
 	}
+}
+
+// up is the running processes among ids.
+func (c *chaos) up(ids []string) []string {
+	return slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return c.procs[id] == nil })
+}
+
+// killOne kills a random running process of ids, SIGKILL or SIGTERM, if two or more run (one stays to
+// serve), and starts it again at once, or leaves it down and returns its id, to be started after the
+// quiet point. ok is false when fewer than two run: nothing was done.
+func (c *chaos) killOne(n int, ids []string, start func(id string)) (down string, ok bool) {
+	up := c.up(ids)
+	if len(up) < 2 {
+		return "", false
+	}
+	id := up[c.rng.IntN(len(up))]
+	sig := []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM}[c.rng.IntN(2)]
+	c.step("step %d: %v %s", n, sig, id)
+	c.signal(id, sig)
+	if c.rng.IntN(2) == 0 {
+		c.step("step %d: restart %s", n, id)
+		start(id)
+		return "", true
+	}
+	return id, true
+}
+
+// bounceSim stops the media simulator for a second and starts a new one.
+func (c *chaos) bounceSim(n int) {
+	c.step("step %d: simulator stopped", n)
+	c.stopSim()
+	c.pause(time.Second)
+	c.startSim(c.runs[len(c.runs)-1].s.Generation())
+	c.step("step %d: simulator started", n)
 }
 
 // killHolder kills the worker that serves a desired intent, SIGKILL or SIGTERM, and measures the

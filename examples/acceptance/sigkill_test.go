@@ -32,13 +32,20 @@ type process struct {
 // stops it with SIGTERM (SIGKILL after 20 s) and waits for it.
 func startTranscoderProcess(tb testing.TB, e *env, workerID, service string, ttl time.Duration) *process {
 	tb.Helper()
-	bin := e2e.Build(tb, "./examples/transcoder", "transcoder")
+	return startExampleProcess(tb, e, "transcoder", workerID, "--service", service, "--lease-ttl", ttl.String())
+}
+
+// startExampleProcess runs the examples/<name> command as principal transcoder-a, worker id workerID,
+// with args. The cleanup stops it with SIGTERM (SIGKILL after 20 s) and waits for it.
+func startExampleProcess(tb testing.TB, e *env, name, workerID string, args ...string) *process {
+	tb.Helper()
+	bin := e2e.Build(tb, "./examples/"+name, name)
 	p := &process{out: &syncbuf.Buffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, "--nats-url", e.stated.URL(), "--user", "transcoder-a", "--password", password("transcoder-a"),
-		"--service", service, "--worker-id", workerID, "--lease-ttl", ttl.String())
+	p.cmd = exec.Command(bin, append([]string{"--nats-url", e.stated.URL(), "--user", "transcoder-a", "--password", password("transcoder-a"),
+		"--worker-id", workerID}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
-		tb.Fatalf("start transcoder %s: %v", workerID, err)
+		tb.Fatalf("start %s %s: %v", name, workerID, err)
 	}
 	go func() {
 		_ = p.cmd.Wait()
@@ -51,7 +58,7 @@ func startTranscoderProcess(tb testing.TB, e *env, workerID, service string, ttl
 		case <-time.After(20 * time.Second):
 			_ = p.cmd.Process.Kill()
 			<-p.done
-			tb.Errorf("transcoder %s did not stop within 20 s after SIGTERM\n%s", workerID, p.out.String())
+			tb.Errorf("%s %s did not stop within 20 s after SIGTERM\n%s", name, workerID, p.out.String())
 		}
 	})
 	return p
