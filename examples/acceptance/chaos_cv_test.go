@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -96,19 +94,7 @@ func TestChaosCV(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the CV chaos run takes about 40 s")
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("CHAOS_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("CHAOS_SEED %q: %v", s, err)
-		}
-	}
-	t.Logf("chaos seed %d", seed)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("chaos seed %d: replay with CHAOS_SEED=%d go test ./examples/acceptance -run 'TestChaosCV$'", seed, seed)
-		}
-	})
+	seed := chaosSeed(t, "TestChaosCV$")
 	c := newCVChaos(t, seed)
 	c.run()
 }

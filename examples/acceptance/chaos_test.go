@@ -64,19 +64,7 @@ func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos run takes about 45 s")
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("CHAOS_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("CHAOS_SEED %q: %v", s, err)
-		}
-	}
-	t.Logf("chaos seed %d", seed)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("chaos seed %d: replay with CHAOS_SEED=%d go test ./examples/acceptance -run TestChaos", seed, seed)
-		}
-	})
+	seed := chaosSeed(t, "TestChaos$")
 	c := newChaos(t, seed, chaosWorkers)
 	c.run()
 }
@@ -128,6 +116,25 @@ type chaos struct {
 	doubleFrom, doubleTo time.Time
 	// per stall that saw two: for how long, and until how long after the wake
 	doubleFor, doubleAfterWake []time.Duration
+}
+
+// chaosSeed is the seed of the chaos run test (a -run pattern): CHAOS_SEED, else a new one. It is
+// logged, and so is how to replay it if the test fails.
+func chaosSeed(t *testing.T, test string) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("CHAOS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("CHAOS_SEED %q: %v", s, err)
+		}
+	}
+	t.Logf("chaos seed %d", seed)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("chaos seed %d: replay with CHAOS_SEED=%d go test ./examples/acceptance -run '%s'", seed, seed, test)
+		}
+	})
+	return seed
 }
 
 // newChaos starts stated, the simulator and a transcoder process for each of workers (ids cx-...).
